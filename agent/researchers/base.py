@@ -1,0 +1,128 @@
+"""The researcher protocol: given the context, propose the next experiment.
+
+A researcher returns a `Proposal`: the whole new source of the target file, a one-line
+description, the hypothesis, and a prediction registered *before* the run. After the
+decision the loop tells it the outcome through `observe`.
+
+Implementations: `optuna` (LLM-free knob search), `scripted` (replays given sources, for
+tests and demos), `claude` (the Anthropic Messages API).
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+PredictedDirection = Literal["improve", "worsen", "same"]
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A falsifiable, pre-registered prediction of the candidate's effect.
+
+    `expected_delta` and `interval` are in metric units as candidate − incumbent (raw metric
+    difference, so for a minimised metric an improvement is negative). `confidence` is the
+    probability the researcher gives to the interval covering the measured delta.
+    """
+
+    direction: PredictedDirection
+    expected_delta: float
+    interval: tuple[float, float]
+    confidence: float = 0.8
+    rationale: str = ""
+
+    def __post_init__(self) -> None:
+        if self.direction not in ("improve", "worsen", "same"):
+            raise ValueError(f"prediction direction must be improve|worsen|same, got {self.direction!r}")
+        lo, hi = self.interval
+        if not lo <= hi:
+            raise ValueError(f"prediction interval must have lo <= hi, got [{lo}, {hi}]")
+        if not 0.0 < self.confidence < 1.0:
+            raise ValueError(f"prediction confidence must be in (0, 1), got {self.confidence}")
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["interval"] = list(self.interval)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Prediction":
+        return cls(
+            direction=data["direction"],
+            expected_delta=float(data["expected_delta"]),
+            interval=(float(data["interval"][0]), float(data["interval"][1])),
+            confidence=float(data.get("confidence", 0.8)),
+            rationale=str(data.get("rationale", "")),
+        )
+
+
+@dataclass(frozen=True)
+class Proposal:
+    source: str                     # the complete new text of the target file
+    description: str                # one line, goes into results.tsv and the commit subject
+    hypothesis: str                 # why this should change the metric
+    prediction: Prediction
+    hypothesis_id: str | None = None  # the queued human hypothesis this tests, if any
+    extra: dict[str, Any] = field(default_factory=dict)  # researcher-specific, e.g. optuna params
+
+
+@dataclass(frozen=True)
+class ResearchContext:
+    """What a researcher may look at. Read-only."""
+
+    program_text: str               # the prose of program.md (the researcher's brief)
+    target: str                     # repo-relative path of the one file it may change
+    incumbent_source: str           # current best version of the target
+    incumbent_commit: str
+    protected: dict[str, str]       # repo-relative path -> source, for reading only
+    ledger_summary: str             # compact text: what was tried, kept, discarded, why
+    metric: str
+    direction: str                  # "minimize" | "maximize"
+    noise_sd: float | None          # pooled seed-to-seed sd of the metric so far
+    incumbent_value: float | None   # the incumbent's reference mean (fresh seeds)
+    experiment_index: int           # 1-based number of the experiment being proposed
+    hypotheses: tuple[tuple[str, str], ...] = ()  # queued (id, text), test these first
+    workdir: Path | None = None     # worktree root, for researchers that read more files
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the loop tells the researcher after deciding on its proposal."""
+
+    experiment_id: str
+    verdict: str                    # keep | discard | inconclusive | a failure status
+    measured_delta: float | None    # candidate − incumbent, metric units (None on failure)
+    candidate_mean: float | None
+    reason: str = ""
+
+
+class ResearcherError(RuntimeError):
+    """The researcher cannot propose (misconfigured, out of budget, API down). Stops the loop
+    cleanly with this message."""
+
+
+class Researcher(ABC):
+    """Proposes experiments. Selected by name (`researcher:` in program.md, `--researcher`).
+
+    Contract:
+    - `propose(context)` returns a Proposal whose `source` differs from the incumbent and
+      carries a Prediction; it may raise ResearcherError to stop the loop cleanly;
+    - `observe(proposal, outcome)` is called exactly once per proposal after its decision,
+      before the next `propose`;
+    - state that must survive a restart is kept under `state_dir` (given at construction),
+      so a resumed run continues where it stopped.
+    """
+
+    name: str = "abstract"
+
+    @abstractmethod
+    def propose(self, context: ResearchContext) -> Proposal:
+        ...
+
+    def observe(self, proposal: Proposal, outcome: Outcome) -> None:
+        """Learn from the outcome. Default: nothing."""
+
+    def usage(self) -> dict[str, Any]:
+        """Cost so far (tokens, dollars) for researchers that spend any."""
+        return {}
