@@ -1,0 +1,288 @@
+"""How a run ended, decided the same way by every backend.
+
+Two parts, both backend-neutral:
+
+- `CappedLog` keeps a run's output on disk within a byte cap (head + rolling tail) and
+  feeds complete lines to a progress callback;
+- `classify` turns the facts a backend observed (exit code, timeout, OOM, interrupt) plus
+  what the script left behind (`result.json`, the log's `key: value` summary) into exactly
+  one `Status`, the metric, the metrics dict and a one-line reason.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import signal
+import stat
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+from sandbox.protocol import Status
+
+RESULT_FILE = "result.json"
+MAX_RESULT_BYTES = 1_000_000   # a bigger result.json is treated as garbage (hostile or a bug)
+MAX_PENDING_LINE = 64 * 1024   # a "line" longer than this is passed on in pieces
+TAIL_SCAN_BYTES = 256 * 1024   # how far back tail() looks for the last lines
+
+# Log evidence that the process died for memory, matched only when it exited non-zero.
+_OOM_EVIDENCE = (
+    "MemoryError",
+    "CUDA out of memory",
+    "OutOfMemoryError",
+    "can't allocate memory",     # torch's DefaultCPUAllocator
+    "std::bad_alloc",
+    "Cannot allocate memory",    # ENOMEM from the OS
+)
+_SUMMARY_LINE = re.compile(r"^\s*([A-Za-z_][\w.\-/]*)\s*:\s+(\S.*?)\s*$")
+_ERROR_LINE = re.compile(r"^\s*(\w+(\.\w+)*(Error|Exception|Interrupt|Exit)\b.*|.*\berror\b.*)$",
+                         re.IGNORECASE)
+
+
+def utc_now() -> str:
+    """The current time, ISO 8601 in UTC with milliseconds."""
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+class CappedLog:
+    """A run log on disk that never exceeds about `cap_bytes`, nor holds more in memory.
+
+    The first `cap_bytes // 2` bytes go straight to the file; after that only a rolling tail
+    of the last `cap_bytes // 2` bytes is kept in memory and written on `close()`, after a
+    marker line `[... N bytes elided ...]`. So the file always shows how the run started and
+    how it ended. `on_output` receives each complete line, decoded with errors="replace"
+    (invalid UTF-8 never raises); an exception in the callback disables it, never the run.
+    """
+
+    def __init__(self, path: Path, cap_bytes: int, on_output: Callable[[str], None] | None = None):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(self.path, "wb")
+        self._head_cap = max(cap_bytes // 2, 1)
+        self._tail_cap = max(cap_bytes - self._head_cap, 1)
+        self._head_written = 0
+        self._tail = bytearray()       # bytes past the head, last `_tail_cap` of them
+        self._total = 0
+        self._pending = bytearray()    # partial line waiting for its newline
+        self._on_output = on_output
+        self.callback_error: BaseException | None = None
+        self.closed = False
+
+    @property
+    def total_bytes(self) -> int:
+        """Bytes the run wrote, including any elided."""
+        return self._total
+
+    @property
+    def elided_bytes(self) -> int:
+        return max(self._total - self._head_written - len(self._tail), 0)
+
+    def write(self, data: bytes) -> None:
+        if self.closed or not data:
+            return
+        self._total += len(data)
+        if self._on_output is not None:
+            self._split_lines(data)
+        room = self._head_cap - self._head_written
+        if room > 0:
+            self._file.write(data[:room])
+            self._head_written += min(room, len(data))
+            data = data[room:]
+        if data:
+            self._tail += data
+            excess = len(self._tail) - self._tail_cap
+            if excess > 0:
+                del self._tail[:excess]   # bytearray drops a prefix without copying the rest
+
+    def close(self) -> None:
+        """Flush the pending partial line to the callback and write the tail. Idempotent."""
+        if self.closed:
+            return
+        self.closed = True
+        if self._pending:
+            self._emit(bytes(self._pending))
+            self._pending.clear()
+        if self.elided_bytes:
+            self._file.write(f"\n[... {self.elided_bytes} bytes elided ...]\n".encode())
+        self._file.write(self._tail)
+        self._tail = bytearray()
+        self._file.close()
+
+    def tail(self, lines: int = 40) -> str:
+        """The last `lines` lines of the output, decoded with errors="replace"."""
+        if self.closed:
+            with open(self.path, "rb") as fh:
+                size = fh.seek(0, os.SEEK_END)
+                fh.seek(max(size - TAIL_SCAN_BYTES, 0))
+                data = fh.read()
+        elif self._tail:
+            data = bytes(self._tail[-TAIL_SCAN_BYTES:])
+        else:
+            self._file.flush()
+            with open(self.path, "rb") as fh:
+                fh.seek(max(self._head_written - TAIL_SCAN_BYTES, 0))
+                data = fh.read(TAIL_SCAN_BYTES)
+        text = data.decode("utf-8", errors="replace")
+        return "\n".join(text.splitlines()[-lines:])
+
+    # -- line splitting for the progress callback --------------------------------------
+
+    def _split_lines(self, data: bytes) -> None:
+        self._pending += data
+        start = 0
+        while True:
+            end = self._pending.find(b"\n", start)
+            if end < 0:
+                break
+            self._emit(bytes(self._pending[start:end]))
+            start = end + 1
+        del self._pending[:start]
+        while len(self._pending) > MAX_PENDING_LINE:  # no newline for a long while
+            self._emit(bytes(self._pending[:MAX_PENDING_LINE]))
+            del self._pending[:MAX_PENDING_LINE]
+
+    def _emit(self, raw: bytes) -> None:
+        if self._on_output is None:
+            return
+        try:
+            self._on_output(raw.decode("utf-8", errors="replace").rstrip("\r"))
+        except Exception as exc:  # a broken progress display must not lose the run
+            self.callback_error = exc
+            self._on_output = None
+
+
+# -- classification ------------------------------------------------------------------------
+
+def classify(*, exit_code: int | None, timed_out: bool, oom_killed: bool, interrupted: bool,
+             out_dir: Path, log_tail: str, metric: str
+             ) -> tuple[Status, float | None, dict[str, Any], str]:
+    """Decide how a run ended: (status, metric value or None, metrics, one-line reason).
+
+    `exit_code` follows subprocess's convention (negative = killed by that signal); shell
+    style codes above 128 are read as signals too. Order of precedence: INTERRUPTED,
+    TIMEOUT, OOM (`oom_killed`, or memory errors in the log of a failed run), CRASH
+    (non-zero exit), then the metric: from `out_dir/result.json` (a JSON object) merged
+    over the `key: value` lines after the last `---` in the log (result.json wins);
+    missing -> NO_METRIC, not a finite number -> BAD_METRIC, else OK. The metrics dict is
+    returned for every status, so a crash still shows what the script managed to report.
+    """
+    metrics, source_note = collect_metrics(Path(out_dir), log_tail)
+    if interrupted:
+        return Status.INTERRUPTED, None, metrics, "the harness was interrupted while this ran"
+    if timed_out:
+        return Status.TIMEOUT, None, metrics, "still running past budget + grace; the process tree was killed"
+    failed = exit_code is None or exit_code != 0
+    if oom_killed:
+        return Status.OOM, None, metrics, "killed for memory (the memory limit was hit)"
+    if failed:
+        evidence = next((e for e in _OOM_EVIDENCE if e in log_tail), None)
+        if evidence:
+            return Status.OOM, None, metrics, f"{describe_exit(exit_code)}, out of memory: {last_error_line(log_tail)}"
+        return Status.CRASH, None, metrics, f"{describe_exit(exit_code)}: {last_error_line(log_tail)}"
+    if metric not in metrics:
+        where = source_note or "no result.json and no `key: value` summary in the log"
+        return Status.NO_METRIC, None, metrics, f"exited 0 but reported no {metric!r} ({where})"
+    value = _as_float(metrics[metric])
+    if value is None or not math.isfinite(value):
+        return Status.BAD_METRIC, None, metrics, f"{metric} is {metrics[metric]!r}, not a finite number"
+    return Status.OK, value, metrics, ""
+
+
+def describe_exit(exit_code: int | None) -> str:
+    """'exit code 1', 'killed by signal 9 (SIGKILL)', or 'no exit code'."""
+    if exit_code is None:
+        return "no exit code"
+    signum = -exit_code if exit_code < 0 else exit_code - 128 if 128 < exit_code <= 128 + 64 else 0
+    if signum:
+        try:
+            name = signal.Signals(signum).name
+        except ValueError:
+            name = f"signal {signum}"
+        return f"killed by signal {signum} ({name})" if exit_code < 0 else f"exit code {exit_code} ({name}?)"
+    return f"exit code {exit_code}"
+
+
+def last_error_line(log_tail: str) -> str:
+    """The last line that looks like an error (else the last non-empty line), shortened."""
+    lines = [line.strip() for line in log_tail.splitlines() if line.strip()]
+    if not lines:
+        return "no output"
+    line = next((l for l in reversed(lines) if _ERROR_LINE.match(l)), lines[-1])
+    return line if len(line) <= 200 else line[:197] + "..."
+
+
+def collect_metrics(out_dir: Path, log_tail: str) -> tuple[dict[str, Any], str]:
+    """Metrics from result.json merged over the log summary, and a note on any problem."""
+    summary = parse_summary(log_tail)
+    reported, note = read_result_json(out_dir / RESULT_FILE)
+    return {**summary, **(reported or {})}, note
+
+
+def read_result_json(path: Path) -> tuple[dict[str, Any] | None, str]:
+    """The JSON object in `path`, or (None, why not). Never blocks or follows links:
+    the file was written by untrusted code and could be a FIFO, a link to /dev/zero, huge."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None, f"no {RESULT_FILE}"
+    except OSError as exc:
+        return None, f"{RESULT_FILE} unreadable ({exc.strerror})"
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return None, f"{RESULT_FILE} is not a regular file"
+        if info.st_size > MAX_RESULT_BYTES:
+            return None, f"{RESULT_FILE} is {info.st_size} bytes, over {MAX_RESULT_BYTES}"
+        raw = os.read(fd, MAX_RESULT_BYTES + 1)
+    finally:
+        os.close(fd)
+    try:
+        data = json.loads(raw.decode("utf-8", errors="replace"))
+    except ValueError as exc:
+        return None, f"{RESULT_FILE} is not valid JSON ({exc})"
+    if not isinstance(data, dict):
+        return None, f"{RESULT_FILE} holds a {type(data).__name__}, not a JSON object"
+    return data, ""
+
+
+def parse_summary(log_tail: str) -> dict[str, Any]:
+    """`key: value` lines after the last line of just `---`; numeric values become numbers.
+
+    Without a `---` line the whole text is read but only numeric values are kept, so a
+    traceback's `ValueError: boom` is not taken for a metric. A later line wins."""
+    lines = log_tail.splitlines()
+    marks = [i for i, line in enumerate(lines) if line.strip() == "---"]
+    found: dict[str, Any] = {}
+    for line in lines[marks[-1] + 1 if marks else 0:]:
+        match = _SUMMARY_LINE.match(line)
+        if match:
+            value = _number_or_text(match.group(2))
+            if marks or not isinstance(value, str):
+                found[match.group(1)] = value
+    return found
+
+
+def _number_or_text(text: str) -> Any:
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)   # accepts "nan" and "inf": BAD_METRIC decides on those
+    except ValueError:
+        return text
+
+
+def _as_float(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    return None
