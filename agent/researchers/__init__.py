@@ -3,9 +3,10 @@ from agent.researchers.base import (
     Outcome,
     Prediction,
     Proposal,
+    ProposalRejected,
     ResearchContext,
     Researcher,
     ResearcherError,
 )
 
-__all__ = ["Outcome", "Prediction", "Proposal", "ResearchContext", "Researcher", "ResearcherError"]
+__all__ = ["Outcome", "Prediction", "Proposal", "ProposalRejected", "ResearchContext", "Researcher", "ResearcherError"]

@@ -126,3 +126,13 @@ class Researcher(ABC):
     def usage(self) -> dict[str, Any]:
         """Cost so far (tokens, dollars) for researchers that spend any."""
         return {}
+
+
+class ProposalRejected(Exception):
+    """The researcher could not produce a usable proposal this time (no valid prediction
+    after a retry, max turns exceeded). The loop records an `invalid` experiment and goes on."""
+
+    def __init__(self, reason: str, transcript: list[dict[str, Any]] | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.transcript = transcript or []
