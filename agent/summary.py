@@ -1,0 +1,62 @@
+"""The compact ledger summary a researcher reads before proposing (and `status` shows).
+
+Bounded by construction: the last `recent` experiments in full one-liners, older ones only
+counted, kept commits always listed. Hundreds of experiments stay a few kilobytes.
+"""
+from __future__ import annotations
+
+import statistics
+
+from agent.ledger import Experiment, LoopState
+from agent.scoring import calibration
+
+
+def _mean(experiment: Experiment) -> str:
+    values = [r["metric"] for r in experiment.runs if r["status"] == "ok"]
+    if not values:
+        return "-"
+    spread = f"±{statistics.stdev(values):.4f}" if len(values) > 1 else ""
+    return f"{statistics.fmean(values):.4f}{spread} (n={len(values)})"
+
+
+def _line(experiment: Experiment) -> str:
+    decision = (experiment.decision or {}).get("decision") or {}
+    effect = decision.get("effect")
+    evidence = ""
+    if effect is not None:
+        p = decision.get("p_value")
+        evidence = f" effect {effect:+.4f}" + (f" p={p:.3g}" if p is not None else "")
+    reason = experiment.invalid_reason or (experiment.decision or {}).get("reason", "")
+    why = f" — {reason[:100]}" if experiment.verdict not in ("keep", "discard") and reason else ""
+    return (f"{experiment.id} [{experiment.verdict or 'running'}] {experiment.description[:100]}"
+            f" | metric {_mean(experiment)}{evidence}{why}")
+
+
+def ledger_summary(state: LoopState, metric: str, recent: int = 25) -> str:
+    experiments = list(state.experiments.values())
+    reference = state.reference(state.incumbent) if state.incumbent else {}
+    lines = [f"{len(experiments)} experiments so far; {len(state.kept())} kept."]
+    if reference:
+        values = list(reference.values())
+        spread = f" ± {statistics.stdev(values):.4f} (seed sd)" if len(values) > 1 else ""
+        lines.append(f"Incumbent {state.incumbent[:8]}: {metric} {statistics.fmean(values):.4f}"
+                     f"{spread} over {len(values)} fresh seeds.")
+    kept = state.kept()
+    if kept:
+        lines.append("Kept, in order:")
+        lines += [f"  {_line(e)}" for e in kept[-recent:]]
+    verdicts: dict[str, int] = {}
+    for e in experiments[:-recent]:
+        verdicts[e.verdict or "running"] = verdicts.get(e.verdict or "running", 0) + 1
+    if verdicts:
+        counts = ", ".join(f"{k}: {v}" for k, v in sorted(verdicts.items()))
+        lines.append(f"Older experiments (not listed): {counts}.")
+    if experiments:
+        lines.append(f"Last {min(recent, len(experiments))} experiments:")
+        lines += [f"  {_line(e)}" for e in experiments[-recent:]]
+    cal = calibration((e.decision or {}).get("score") for e in experiments)
+    if cal["n"]:
+        lines.append(f"Your predictions so far: direction right {cal['direction_accuracy']:.0%}, "
+                     f"intervals covered {cal['coverage']:.0%} at claimed "
+                     f"{cal['claimed_confidence']:.0%} (n={cal['n']}).")
+    return "\n".join(lines)
