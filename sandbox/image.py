@@ -1,0 +1,238 @@
+"""The sandbox image: how it is built, and what a run of it needs mounted.
+
+Three ways to get an image, recorded in its `org.nightshift.mode` label:
+
+- `dockerfile`: `docker build` from `sandbox/Dockerfile` (a CUDA PyTorch base with the
+  training dependencies inside). The path for real GPU boxes; needs a registry to pull
+  the base image.
+- `host`: for machines with no registry (CI, air-gapped boxes). A tiny image made with
+  `docker import` from an in-memory tarball: empty directories, `bin -> usr/bin` style
+  links and an /etc/passwd with the non-root sandbox user. At run time the host's /usr,
+  /etc/ld.so.cache and Python prefix are bind-mounted read-only (at the same paths, so
+  the interpreter's RUNPATH and any absolute paths in site-packages keep working). The
+  run sees the host's Python and torch, never the host's /etc, /root or /home.
+- `rootfs`: `docker import` of a root filesystem you prepared (a directory or tarball,
+  e.g. from debootstrap plus pip on a machine with mirrors). Self-contained like
+  `dockerfile`, but built offline.
+
+CLI: `python -m sandbox.image build [--tag nightshift:latest] [--mode host|rootfs|dockerfile]`.
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import stat
+import sys
+import tarfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+DEFAULT_TAG = "nightshift:latest"
+MODES = ("host", "rootfs", "dockerfile")
+LABEL_MODE = "org.nightshift.mode"
+LABEL_PREFIXES = "org.nightshift.python-prefixes"   # JSON list, host mode only
+SANDBOX_UID = 1000            # the image's non-root user; runs never use uid 0
+SANDBOX_USER = "nightshift"
+DOCKERFILE = Path(__file__).with_name("Dockerfile")
+
+# Host directories a host-mode run mounts read-only. /bin, /lib, /lib64 are links
+# into /usr in the image (Debian's merged /usr), so /usr carries the whole userland.
+HOST_SYSTEM_MOUNTS = ("/usr", "/etc/ld.so.cache")
+
+
+@dataclass(frozen=True)
+class Mount:
+    """One read-only bind mount a run of the image needs, host path -> container path."""
+
+    source: str
+    target: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"source": self.source, "target": self.target, "mode": "ro"}
+
+
+class ImageError(RuntimeError):
+    """The image cannot be built or used as asked. The message says the fix."""
+
+
+# -- what a run needs ------------------------------------------------------------------------
+
+def image_mode(labels: dict[str, str] | None) -> str:
+    """The image's build mode from its labels; images we did not build count as `dockerfile`
+    (self-contained: nothing from the host is mounted)."""
+    return (labels or {}).get(LABEL_MODE, "dockerfile")
+
+
+def runtime_mounts(labels: dict[str, str] | None) -> list[Mount]:
+    """The host paths a run of an image with these labels must mount read-only.
+
+    Empty for self-contained images. For host mode: /usr, the loader cache and the Python
+    prefixes recorded at build time, each checked to exist and to be readable by the
+    sandbox's non-root user (a prefix under a 0700 home directory is fine: a bind mount
+    does not need the host's parents to be traversable, only the prefix itself)."""
+    if image_mode(labels) != "host":
+        return []
+    prefixes = json.loads((labels or {}).get(LABEL_PREFIXES, "[]"))
+    mounts = [Mount(path, path) for path in HOST_SYSTEM_MOUNTS if os.path.exists(path)]
+    for prefix in prefixes:
+        if not os.path.isdir(prefix):
+            raise ImageError(
+                f"the host-mode image was built for the Python at {prefix}, which is gone; "
+                f"rebuild it: python -m sandbox.image build --mode host")
+        _check_world_readable(Path(prefix))
+        mounts.append(Mount(prefix, prefix))
+    return mounts
+
+
+def python_prefixes() -> list[str]:
+    """This interpreter's prefixes (a virtualenv has two: its own and its base)."""
+    found: list[str] = []
+    for prefix in (sys.prefix, sys.base_prefix):
+        real = os.path.realpath(prefix)
+        if real not in found:
+            found.append(real)
+    return found
+
+
+def python_executable() -> str:
+    """This interpreter's path as the host-mode sandbox sees it (same path)."""
+    return os.path.realpath(sys.executable)
+
+
+def _check_world_readable(prefix: Path) -> None:
+    """The sandbox user is not the owner: the prefix, its bin and lib must be o+rx."""
+    for path in (prefix, prefix / "bin", prefix / "lib"):
+        if path.exists() and (path.stat().st_mode & (stat.S_IROTH | stat.S_IXOTH)) != \
+                (stat.S_IROTH | stat.S_IXOTH):
+            raise ImageError(
+                f"{path} is not readable by other users, so the sandbox's non-root user "
+                f"(uid {SANDBOX_UID}) cannot load Python from it; fix: chmod -R o+rX {prefix}")
+
+
+# -- building -----------------------------------------------------------------------------
+
+def host_rootfs_tar() -> bytes:
+    """The host-mode image's whole filesystem: directories, merged-/usr links, users."""
+    buf = io.BytesIO()
+    now = int(time.time())
+
+    def add(name: str, kind: bytes, mode: int, data: bytes = b"", link: str = "") -> None:
+        info = tarfile.TarInfo(name)
+        info.type, info.mode, info.mtime, info.linkname = kind, mode, now, link
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data) if data else None)
+
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        # /sbin is a real directory, not a link into the mounted /usr: the engine puts its
+        # init (docker-init) there before the mounts, and a link would be shadowed.
+        for name in ("etc", "usr", "opt", "dev", "proc", "sys", "snapshot", "data", "out",
+                     "root", "home", "sbin"):
+            add(name, tarfile.DIRTYPE, 0o755)   # /root 0755: prefixes may be mounted under it
+        add("tmp", tarfile.DIRTYPE, 0o1777)
+        for link in ("bin", "lib", "lib64"):
+            add(link, tarfile.SYMTYPE, 0o777, link=f"usr/{link}")
+        passwd = (f"root:x:0:0:root:/root:/usr/sbin/nologin\n"
+                  f"{SANDBOX_USER}:x:{SANDBOX_UID}:{SANDBOX_UID}::/tmp:/usr/sbin/nologin\n")
+        add("etc/passwd", tarfile.REGTYPE, 0o644, passwd.encode())
+        add("etc/group", tarfile.REGTYPE, 0o644, f"root:x:0:\n{SANDBOX_USER}:x:{SANDBOX_UID}:\n".encode())
+    return buf.getvalue()
+
+
+def _changes(mode: str, extra_labels: dict[str, str] | None = None) -> list[str]:
+    labels = {LABEL_MODE: mode, **(extra_labels or {})}
+    label_args = " ".join(f"{key}={json.dumps(value)}" for key, value in labels.items())
+    return [f"USER {SANDBOX_UID}:{SANDBOX_UID}", "WORKDIR /snapshot",
+            "ENV LANG=C.UTF-8", f"LABEL {label_args}"]
+
+
+def build_host_image(client: Any, tag: str = DEFAULT_TAG) -> str:
+    """Import the host-mode image offline; returns its id."""
+    for prefix in python_prefixes():
+        _check_world_readable(Path(prefix))
+    labels = {LABEL_PREFIXES: json.dumps(python_prefixes())}
+    repository, _, version = tag.partition(":")
+    client.api.import_image_from_data(host_rootfs_tar(), repository=repository,
+                                      tag=version or "latest", changes=_changes("host", labels))
+    return client.images.get(tag).id
+
+
+def build_rootfs_image(client: Any, rootfs: Path, tag: str = DEFAULT_TAG) -> str:
+    """Import a prepared root filesystem (a directory or a tarball) offline; returns its id.
+    The rootfs must hold python with the training dependencies and a user with uid 1000."""
+    rootfs = Path(rootfs)
+    if not rootfs.exists():
+        raise ImageError(f"--rootfs {rootfs} does not exist; make one with debootstrap, "
+                         f"then install python and torch into it")
+    if rootfs.is_dir():
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            tar.add(str(rootfs), arcname=".")
+        data = buf.getvalue()
+    else:
+        data = rootfs.read_bytes()
+    repository, _, version = tag.partition(":")
+    client.api.import_image_from_data(data, repository=repository, tag=version or "latest",
+                                      changes=_changes("rootfs"))
+    return client.images.get(tag).id
+
+
+def build_dockerfile_image(client: Any, tag: str = DEFAULT_TAG, base: str | None = None) -> str:
+    """`docker build` from sandbox/Dockerfile (pulls the CUDA PyTorch base); returns its id."""
+    buildargs = {"BASE": base} if base else None
+    image, log = client.images.build(path=str(DOCKERFILE.parent), dockerfile=DOCKERFILE.name,
+                                     tag=tag, buildargs=buildargs, rm=True)
+    for chunk in log:
+        if "stream" in chunk:
+            sys.stderr.write(chunk["stream"])
+    return image.id
+
+
+def build(mode: str, tag: str = DEFAULT_TAG, *, rootfs: Path | None = None,
+          base: str | None = None, client: Any = None) -> str:
+    """Build the sandbox image in `mode`; returns the image id."""
+    import docker  # only here: importing this module must not need the SDK
+
+    client = client or docker.from_env()
+    if mode == "host":
+        return build_host_image(client, tag)
+    if mode == "rootfs":
+        if rootfs is None:
+            raise ImageError("--mode rootfs needs --rootfs DIR_OR_TARBALL")
+        return build_rootfs_image(client, rootfs, tag)
+    if mode == "dockerfile":
+        return build_dockerfile_image(client, tag, base)
+    raise ImageError(f"unknown image mode {mode!r}; choose one of {', '.join(MODES)}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sandbox.image",
+                                     description="Build the Nightshift sandbox image.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    b = sub.add_parser("build", help="build the image")
+    b.add_argument("--tag", default=DEFAULT_TAG)
+    b.add_argument("--mode", choices=MODES, default="host",
+                   help="host: offline, mounts the host's Python (CI, no registry); "
+                        "dockerfile: docker build from sandbox/Dockerfile (GPU boxes); "
+                        "rootfs: import a prepared root filesystem offline")
+    b.add_argument("--rootfs", type=Path, help="rootfs directory or tarball (--mode rootfs)")
+    b.add_argument("--base", help="base image for --mode dockerfile (build arg BASE)")
+    args = parser.parse_args(argv)
+    try:
+        image_id = build(args.mode, args.tag, rootfs=args.rootfs, base=args.base)
+    except ImageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # the engine's own errors: no engine, build failure
+        print(f"error: could not build {args.tag} ({type(exc).__name__}: {exc}); is a Docker "
+              f"engine running? (.ci/dockerd.sh start)", file=sys.stderr)
+        return 1
+    print(f"built {args.tag} ({args.mode} mode): {image_id}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
