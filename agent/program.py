@@ -1,0 +1,394 @@
+"""The research program: `program.md`, YAML front matter for the harness, prose for the researcher.
+
+Contract:
+- every field has a default, so a file without front matter is valid (all prose);
+- values come from the file, then from overrides (CLI flags, `Program.with_overrides`),
+  and both pass through the same parsers in `_FIELDS`;
+- anything wrong raises `ProgramError` naming the file, the field, the line and the fix,
+  e.g. ``program.md:7: field 'budget': expected a duration like 60s, 10m or 1.5h, got 'soon'``.
+Paths (`target`, `protected`) are relative to `Program.root`, the repository holding program.md.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any, Callable
+
+import yaml
+
+
+class ProgramError(ValueError):
+    """program.md or an override is invalid; the message says where and how to fix it."""
+
+
+@dataclass(frozen=True)
+class SeedPlan:
+    baseline: int = 4   # fresh seeds each new incumbent is measured on (its reference)
+    screen: int = 1     # seeds a candidate runs before the rule first looks
+    max: int = 6        # most seeds a candidate may get before the rule must decide
+
+
+@dataclass(frozen=True)
+class FullScale:
+    budget_s: float = 600.0  # per-run budget when replaying kept commits
+    seeds: int = 5
+
+
+@dataclass(frozen=True)
+class ResourceLimits:
+    memory_mb: int | None = 8192
+    pids: int = 512
+    cpus: float | None = None
+
+
+@dataclass(frozen=True)
+class Program:
+    path: Path                    # the program.md file (absolute)
+    root: Path                    # git toplevel containing program.md, else its folder
+    prose: str                    # everything after the front matter: the researcher's brief
+    target: str = "train/train.py"
+    protected: tuple[str, ...] = ("train/prepare.py",)
+    command: str = "python train/train.py"
+    prepare: str | None = "python train/prepare.py"  # run once on the host; None = no data
+    metric: str = "val_bpb"
+    direction: str = "minimize"
+    budget_s: float = 60.0        # YAML `budget`
+    grace_s: float = 60.0         # YAML `grace`: startup + final evaluation past the budget
+    seeds: SeedPlan = field(default_factory=SeedPlan)
+    alpha: float = 0.05
+    min_effect: float = 0.0       # smallest improvement worth keeping, metric units
+    decision: str = "sequential"
+    fdr: str = "none"
+    full_scale: FullScale = field(default_factory=FullScale)
+    sandbox: str = "auto"
+    researcher: str = "auto"
+    limits: ResourceLimits = field(default_factory=ResourceLimits)
+    image: str = "nightshift:latest"
+    claude: dict[str, Any] = field(default_factory=dict)  # validated by the claude researcher
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe, attribute names as keys (budget_s, not budget), for the ledger."""
+        data = dataclasses.asdict(self)
+        data.update(path=str(self.path), root=str(self.root), protected=list(self.protected))
+        return data
+
+    def with_overrides(self, **fields: Any) -> "Program":
+        """A copy with `fields` (YAML keys, attribute names or dotted `seeds.max`) validated
+        exactly like file values."""
+        raw = {key: _unparse(key, getattr(self, attr)) for key, (attr, _) in _FIELDS.items()}
+        return _build(self.path, self.root, self.prose, raw, {}, fields)
+
+
+# ---- Parsers: value -> parsed value, or _Invalid with a message saying what is expected ----
+
+class _Invalid(Exception):
+    def __init__(self, message: str, key: str | None = None) -> None:
+        super().__init__(message)
+        self.key = key  # nested key (seeds.max) for the line lookup and the field name
+
+
+Parser = Callable[[Any], Any]
+_NUMBER = r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?"
+_NONE = {"none", "null", "~", ""}
+
+
+def _did_you_mean(key: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(key, known, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _quantity(units: dict[str, float], example: str, least: float) -> Callable[[Any], float]:
+    """A parser for a number with an optional unit suffix (`1.5h`, `8g`), in base units."""
+    pattern = re.compile(rf"({_NUMBER})\s*({'|'.join(units)})?", re.IGNORECASE)
+
+    def parse(value: Any) -> float:
+        match = pattern.fullmatch(value.strip()) if isinstance(value, str) else None
+        if not (_is_number(value) or match):
+            raise _Invalid(f"expected {example}, got {value!r}")
+        amount = float(value) if match is None else float(match[1]) * units.get((match[2] or "").lower(), 1)
+        if not math.isfinite(amount) or amount < least:
+            raise _Invalid(f"expected {example}, at least {least:g}, got {value!r}")
+        return amount
+    return parse
+
+
+parse_duration = _quantity({"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600},
+                           "a duration like 60s, 10m or 1.5h", 0.0)
+"""`60`, `60s`, `10m`, `1.5h`, `90.5s` -> seconds (float)."""
+_megabytes = _quantity({"mb": 1, "mib": 1, "m": 1, "gb": 1024, "gib": 1024, "g": 1024,
+                        "tb": 1024 ** 2, "tib": 1024 ** 2, "t": 1024 ** 2},
+                       "a memory size like 8g, 512m or 8192 (MB), or null for no limit", 1.0)
+
+
+def parse_memory(value: Any) -> int | None:
+    """`8g`, `512m`, `8192` (MB) -> MB; null/none -> None (no limit)."""
+    if value is None or (isinstance(value, str) and value.strip().lower() in _NONE):
+        return None
+    return int(_megabytes(value))
+
+
+def _int(value: Any) -> int:
+    if isinstance(value, str) and re.fullmatch(r"[+-]?\d+", value.strip()):
+        return int(value)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise _Invalid(f"expected a whole number, got {value!r}")
+    return value
+
+
+def _float(value: Any) -> float:
+    if isinstance(value, str) and re.fullmatch(_NUMBER, value.strip()):
+        value = float(value)
+    if not _is_number(value) or not math.isfinite(value):
+        raise _Invalid(f"expected a number, got {value!r}")
+    return float(value)
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise _Invalid(f"expected a non-empty string, got {value!r}")
+    return value.strip()
+
+
+def _path(value: Any) -> str:
+    text = _text(value).replace("\\", "/")
+    pure = PurePosixPath(text)
+    if pure.is_absolute() or ".." in pure.parts or not pure.parts:
+        raise _Invalid(f"expected a file path relative to the repository root, without '..' "
+                       f"(like train/train.py), got {value!r}")
+    return pure.as_posix()
+
+
+def _paths(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list):
+        raise _Invalid(f"expected a list of paths like [train/prepare.py], got {value!r}")
+    return tuple(dict.fromkeys(_path(item) for item in items if item != ""))
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _Invalid(f"expected a mapping like {{model: ..., max_usd: 5}}, got {value!r}")
+    return {str(key): item for key, item in value.items()}
+
+
+def _choice(*options: str) -> Parser:
+    def parse(value: Any) -> str:
+        if value not in options:
+            hint = _did_you_mean(str(value), list(options))
+            raise _Invalid(f"expected one of {', '.join(options)}, got {value!r}{hint}")
+        return value
+    return parse
+
+
+def _optional(parser: Parser) -> Parser:
+    def parse(value: Any) -> Any:
+        none = value is None or (isinstance(value, str) and value.strip().lower() in _NONE)
+        return None if none else parser(value)
+    return parse
+
+
+def _check(parser: Parser, ok: Callable[[Any], bool], what: str) -> Parser:
+    def parse(value: Any) -> Any:
+        parsed = parser(value)
+        if not ok(parsed):
+            raise _Invalid(f"expected {what}, got {value!r}")
+        return parsed
+    return parse
+
+
+_count = _check(_int, lambda n: n >= 1, "a whole number >= 1")
+_budget = _check(parse_duration, lambda s: s > 0, "a positive duration like 60s")
+
+
+def _record(cls: type, table: dict[str, tuple[str, Parser]],
+            check: Callable[[Any], None] | None = None) -> Parser:
+    """A nested mapping (seeds, full_scale, limits) parsed key by key into `cls`."""
+    def parse(value: Any) -> Any:
+        if value is None:
+            return cls()
+        if not isinstance(value, dict):
+            raise _Invalid(f"expected a mapping with keys {', '.join(table)}, got {value!r}")
+        kwargs = {}
+        for key, item in value.items():
+            if key not in table:
+                raise _Invalid(f"unknown key {key!r}{_did_you_mean(str(key), list(table))}; "
+                               f"known keys: {', '.join(table)}", key=str(key))
+            attr, parser = table[key]
+            try:
+                kwargs[attr] = parser(item)
+            except _Invalid as bad:
+                raise _Invalid(str(bad), key=key) from None
+        record = cls(**kwargs)
+        if check:
+            check(record)
+        return record
+    return parse
+
+
+def _seed_check(plan: SeedPlan) -> None:
+    if plan.screen > plan.max:
+        raise _Invalid(f"screen ({plan.screen}) exceeds max ({plan.max}); "
+                       f"raise max or lower screen", key="screen")
+
+
+_RECORDS: dict[str, dict[str, tuple[str, Parser]]] = {
+    "seeds": {"baseline": ("baseline", _count), "screen": ("screen", _count), "max": ("max", _count)},
+    "full_scale": {"budget": ("budget_s", _budget), "seeds": ("seeds", _count)},
+    "limits": {"memory": ("memory_mb", parse_memory), "pids": ("pids", _count),
+               "cpus": ("cpus", _optional(_check(_float, lambda c: c > 0, "a positive number")))},
+}
+_seed_plan = _record(SeedPlan, _RECORDS["seeds"], _seed_check)
+
+# The validation table: YAML key -> (Program attribute, parser).
+_FIELDS: dict[str, tuple[str, Parser]] = {
+    "target": ("target", _path),
+    "protected": ("protected", _paths),
+    "command": ("command", _text),
+    "prepare": ("prepare", _optional(_text)),
+    "metric": ("metric", _text),
+    "direction": ("direction", _choice("minimize", "maximize")),
+    "budget": ("budget_s", _budget),
+    "grace": ("grace_s", parse_duration),
+    "seeds": ("seeds", lambda v: _seed_plan(v if isinstance(v, dict) or v is None else {"max": v})),
+    "alpha": ("alpha", _check(_float, lambda a: 0 < a <= 0.5, "a number in (0, 0.5]")),
+    "min_effect": ("min_effect", _check(_float, lambda x: x >= 0, "a number >= 0")),
+    "decision": ("decision", _choice("sequential", "noise_band")),
+    "fdr": ("fdr", _choice("none", "lord")),
+    "full_scale": ("full_scale", _record(FullScale, _RECORDS["full_scale"])),
+    "sandbox": ("sandbox", _choice("auto", "local", "docker")),
+    "researcher": ("researcher", _choice("auto", "optuna", "scripted", "claude")),
+    "limits": ("limits", _record(ResourceLimits, _RECORDS["limits"])),
+    "image": ("image", _text),
+    "claude": ("claude", _mapping),
+}
+_BY_ATTR = {attr: key for key, (attr, _) in _FIELDS.items()}
+
+
+def _unparse(key: str, value: Any) -> Any:
+    """A parsed value back in a form its parser accepts (for with_overrides)."""
+    if key not in _RECORDS:
+        return list(value) if isinstance(value, tuple) else value
+    return {sub: getattr(value, attr) for sub, (attr, _) in _RECORDS[key].items()}
+
+
+# ---- The file: split, compose (for line numbers), validate ----
+
+def _split(text: str, name: str) -> tuple[str, str, int]:
+    """(front matter, prose, file line of the front matter's first line)."""
+    lines = text.lstrip("\ufeff").splitlines()
+    start = next((i for i, line in enumerate(lines) if line.strip()), len(lines))
+    if start == len(lines) or lines[start].strip() != "---":
+        return "", text.strip(), 1
+    for end in range(start + 1, len(lines)):
+        if lines[end].rstrip() == "---":
+            return "\n".join(lines[start + 1:end]), "\n".join(lines[end + 1:]).strip(), start + 2
+    raise ProgramError(f"{name}:{start + 1}: the front matter opened with '---' is never closed; "
+                       f"add a line containing only '---' after the last field")
+
+
+def _compose(front: str, name: str, first: int) -> tuple[dict[str, Any], dict[str, int]]:
+    """The front matter as data, and the file line of every key (nested as 'seeds.max')."""
+    try:
+        node = yaml.compose(front, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(front)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
+        line = first + mark.line if mark else first
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ProgramError(f"{name}:{line}: the front matter is not valid YAML ({problem}); check the "
+                           f"indentation and quote values containing ': ' or ' #'") from None
+    if node is None:
+        return {}, {}
+    if not isinstance(node, yaml.MappingNode):
+        raise ProgramError(f"{name}:{first + node.start_mark.line}: the front matter must be "
+                           f"'field: value' lines, got a {type(data).__name__}")
+    lines: dict[str, int] = {}
+    for key_node, value_node in node.value:
+        key = str(key_node.value)
+        if key in lines:
+            raise ProgramError(f"{name}:{first + key_node.start_mark.line}: field {key!r} is given "
+                               f"twice (first on line {lines[key]}); keep one")
+        lines[key] = first + key_node.start_mark.line
+        if isinstance(value_node, yaml.MappingNode):
+            for sub_node, _ in value_node.value:
+                lines[f"{key}.{sub_node.value}"] = first + sub_node.start_mark.line
+    return {str(key): value for key, value in data.items()}, lines
+
+
+def _build(path: Path, root: Path, prose: str, raw: dict[str, Any], lines: dict[str, int],
+           overrides: dict[str, Any]) -> Program:
+    name, values, where = str(path), {}, {}
+    known = list(_FIELDS)
+
+    def parse(key: str, value: Any, locate: Callable[[str], str]) -> None:
+        attr, parser = _FIELDS[key]
+        try:
+            values[attr] = parser(value)
+        except _Invalid as bad:
+            field_name = f"{key}.{bad.key}" if bad.key else key
+            raise ProgramError(f"{locate(field_name)}: field {field_name!r}: {bad}") from None
+        where[key] = locate(key)
+
+    for key, value in raw.items():
+        if key not in _FIELDS:
+            raise ProgramError(f"{name}:{lines.get(key, '?')}: unknown field {key!r}"
+                               f"{_did_you_mean(key, known)}; known fields: {', '.join(known)}")
+        parse(key, value, lambda dotted, key=key: f"{name}:{lines.get(dotted, lines.get(key, '?'))}")
+    for given, value in overrides.items():
+        top, _, sub = given.partition(".")
+        top = _BY_ATTR.get(top, top)
+        if top not in _FIELDS or (sub and top not in (*_RECORDS, "claude")):
+            raise ProgramError(f"{name} (override): unknown field {given!r}"
+                               f"{_did_you_mean(top, known)}; known fields: {', '.join(known)}")
+        if sub:
+            base = raw.get(top)
+            base = {"max": base} if top == "seeds" and not isinstance(base, (dict, type(None))) else base
+            value = {**(base or {}), sub: value}
+        raw[top] = value
+        parse(top, value, lambda dotted: f"{name} (override {dotted})")
+
+    program = Program(path=path, root=root, prose=prose, **values)
+    if program.target in program.protected:
+        blamed = "protected" if "protected" in where else "target"
+        raise ProgramError(f"{where.get(blamed, name)}: field {blamed!r}: "
+                           f"the target {program.target!r} is also protected; the researcher must be "
+                           f"able to edit it, so remove it from protected or choose another target")
+    return program
+
+
+def _repo_root(path: Path) -> Path:
+    return next((folder for folder in path.parents if (folder / ".git").exists()), path.parent)
+
+
+def parse_program(text: str, path: Path | str, overrides: dict[str, Any] | None = None) -> Program:
+    """Parse program.md's text; `path` names it in errors and locates the repository root."""
+    shown = Path(path)
+    front, prose, first = _split(text, str(shown))
+    raw, lines = _compose(front, str(shown), first)
+    absolute = shown.resolve()
+    program = _build(shown, _repo_root(absolute), prose, raw, lines, dict(overrides or {}))
+    return dataclasses.replace(program, path=absolute)
+
+
+def load_program(path: Path | str, overrides: dict[str, Any] | None = None) -> Program:
+    """Read and validate program.md. `overrides` maps YAML keys (or attribute names, or dotted
+    `seeds.max`) to values, strings from the command line included; None values are skipped,
+    so a CLI may pass every option it has."""
+    path = Path(path)
+    if not path.is_file():
+        raise ProgramError(f"{path}: no such program file; pass the path of your program.md "
+                           f"(the bundled one is at the root of the nightshift repository)")
+    given = {key: value for key, value in (overrides or {}).items() if value is not None}
+    return parse_program(path.read_text(encoding="utf-8"), path, given)

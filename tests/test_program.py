@@ -1,0 +1,264 @@
+"""program.md: defaults, the bundled program, errors that name file/field/line, overrides."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from agent.program import (FullScale, Program, ProgramError, ResourceLimits, SeedPlan,
+                           load_program, parse_duration, parse_memory, parse_program)
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def write(folder: Path, text: str, name: str = "program.md") -> Path:
+    path = folder / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def error_of(text: str, overrides: dict | None = None) -> str:
+    with pytest.raises(ProgramError) as caught:
+        parse_program(text, "program.md", overrides)
+    return str(caught.value)
+
+
+# ---- Defaults and the bundled program ----
+
+def test_a_file_without_front_matter_is_all_prose_and_all_defaults(tmp_path):
+    program = load_program(write(tmp_path, "# Brief\n\nMake it better.\n"))
+    assert program.prose == "# Brief\n\nMake it better."
+    assert program.path == (tmp_path / "program.md").resolve()
+    assert program.target == "train/train.py"
+    assert program.protected == ("train/prepare.py",)
+    assert program.prepare == "python train/prepare.py"
+    assert (program.metric, program.direction) == ("val_bpb", "minimize")
+    assert (program.budget_s, program.grace_s, program.alpha, program.min_effect) == (60.0, 60.0, 0.05, 0.0)
+    assert program.seeds == SeedPlan(baseline=4, screen=1, max=6)
+    assert program.full_scale == FullScale(budget_s=600.0, seeds=5)
+    assert program.limits == ResourceLimits(memory_mb=8192, pids=512, cpus=None)
+    assert (program.decision, program.fdr, program.sandbox, program.researcher) == (
+        "sequential", "none", "auto", "auto")
+    assert (program.image, program.claude) == ("nightshift:latest", {})
+
+
+@pytest.mark.parametrize("text", ["", "---\n---\n", "\n---\n# only a comment\n---\nprose"])
+def test_empty_front_matter_gives_defaults(text):
+    program = parse_program(text, "program.md")
+    assert program.budget_s == 60.0 and program.seeds == SeedPlan()
+
+
+def test_the_bundled_program_parses_and_states_the_defaults():
+    program = load_program(REPO / "program.md")
+    defaults = parse_program("", REPO / "program.md")
+    for item in dataclasses.fields(Program):
+        if item.name != "prose":
+            assert getattr(program, item.name) == getattr(defaults, item.name), item.name
+    assert program.root == REPO
+    lines = program.prose.splitlines()
+    assert 80 <= len(lines) <= 130
+    for phrase in ("val_bpb", "train/train.py", "prepare.py", "prediction", "seed", "ledger"):
+        assert phrase in program.prose
+
+
+def test_the_root_is_the_git_toplevel_else_the_folder(tmp_path):
+    subprocess.run(["git", "init", "-q", str(tmp_path / "repo")], check=True)
+    nested = write(tmp_path / "repo" / "research", "prose")
+    assert load_program(nested).root == (tmp_path / "repo").resolve()
+    plain = write(tmp_path / "plain", "prose")
+    assert load_program(plain).root == (tmp_path / "plain").resolve()
+
+
+def test_every_field_is_read(tmp_path):
+    text = """---
+target: src/model.py
+protected: [data/prep.py, ./eval.py]
+command: python src/model.py --fast
+prepare: null
+metric: accuracy
+direction: maximize
+budget: 1.5m
+grace: 10
+seeds: {baseline: 3, screen: 2, max: 8}
+alpha: 0.01
+min_effect: 0.002
+decision: noise_band
+fdr: lord
+full_scale: {budget: 1h, seeds: 10}
+sandbox: docker
+researcher: optuna
+limits: {memory: 512m, pids: 64, cpus: 2}
+image: mine:1
+claude: {model: some-model, max_usd: 5}
+---
+Do research.
+"""
+    program = load_program(write(tmp_path, text))
+    assert program.target == "src/model.py"
+    assert program.protected == ("data/prep.py", "eval.py")
+    assert program.prepare is None
+    assert (program.metric, program.direction) == ("accuracy", "maximize")
+    assert (program.budget_s, program.grace_s) == (90.0, 10.0)
+    assert program.seeds == SeedPlan(baseline=3, screen=2, max=8)
+    assert (program.alpha, program.min_effect) == (0.01, 0.002)
+    assert (program.decision, program.fdr, program.sandbox, program.researcher) == (
+        "noise_band", "lord", "docker", "optuna")
+    assert program.full_scale == FullScale(budget_s=3600.0, seeds=10)
+    assert program.limits == ResourceLimits(memory_mb=512, pids=64, cpus=2.0)
+    assert program.image == "mine:1"
+    assert program.claude == {"model": "some-model", "max_usd": 5}
+    assert program.prose == "Do research."
+
+
+def test_an_integer_seeds_sets_max():
+    assert parse_program("---\nseeds: 3\n---\n", "p.md").seeds == SeedPlan(baseline=4, screen=1, max=3)
+
+
+def test_to_dict_is_json_safe_and_the_program_is_frozen():
+    program = parse_program("---\nclaude: {max_usd: 2}\n---\nx", "program.md")
+    data = json.loads(json.dumps(program.to_dict()))
+    assert data["budget_s"] == 60.0 and data["protected"] == ["train/prepare.py"]
+    assert data["seeds"] == {"baseline": 4, "screen": 1, "max": 6}
+    assert data["limits"]["memory_mb"] == 8192 and data["claude"] == {"max_usd": 2}
+    assert data["path"].endswith("program.md")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        program.budget_s = 1.0  # type: ignore[misc]
+
+
+# ---- Errors name the file, the field and the line ----
+
+MALFORMED = [
+    # (front matter lines, line of the error, fragments the message must contain)
+    ("# comment\nbudjet: 60s", 3, ["unknown field 'budjet'", "did you mean 'budget'", "known fields:"]),
+    ("metric: val_bpb\nbudget: soon", 3, ["field 'budget'", "duration like 60s", "'soon'"]),
+    ("budget: 0s", 2, ["field 'budget'", "positive duration"]),
+    ("direction: minimise", 2, ["field 'direction'", "minimize, maximize", "did you mean 'minimize'"]),
+    ("alpha: high", 2, ["field 'alpha'", "expected a number", "'high'"]),
+    ("alpha: 0.7", 2, ["field 'alpha'", "(0, 0.5]"]),
+    ("alpha: 0", 2, ["field 'alpha'", "(0, 0.5]"]),
+    ("seeds: 0", 2, ["field 'seeds.max'", ">= 1"]),
+    ("seeds: many", 2, ["field 'seeds.max'", "whole number"]),
+    ("seeds:\n  baseline: 4\n  maxx: 3", 4, ["field 'seeds.maxx'", "did you mean 'max'"]),
+    ("seeds:\n  screen: 4\n  max: 2", 3, ["field 'seeds.screen'", "exceeds max"]),
+    ("seeds:\n  baseline: 1.5", 3, ["field 'seeds.baseline'", "whole number"]),
+    ("full_scale: {budget: later}", 2, ["field 'full_scale.budget'", "duration"]),
+    ("limits:\n  memory: lots", 3, ["field 'limits.memory'", "8g, 512m"]),
+    ("protected: 3", 2, ["field 'protected'", "list of paths"]),
+    ("command: [python, x.py]", 2, ["field 'command'", "string"]),
+    ("claude: fast", 2, ["field 'claude'", "mapping"]),
+    ("sandbox: k8s", 2, ["field 'sandbox'", "auto, local, docker"]),
+    ("protected: [../secrets.py]", 2, ["field 'protected'", "without '..'"]),
+    ("target: /etc/passwd", 2, ["field 'target'", "relative to the repository root"]),
+    ("target: train/../../x.py", 2, ["field 'target'", "'..'"]),
+    ("target: train/prepare.py", 2, ["field 'target'", "also protected"]),
+    ("target: a.py\n\nprotected: [b.py, a.py]", 4, ["field 'protected'", "also protected"]),
+    ("budget: 60s\nbudget: 90s", 3, ["field 'budget' is given twice", "line 2"]),
+    ("budget: 60s\n  grace: [1", 3, ["not valid YAML"]),
+    ("command: python x.py\nmetric: a: b", 3, ["not valid YAML", "quote"]),
+    ("- budget: 60s", 2, ["must be 'field: value' lines"]),
+]
+
+
+@pytest.mark.parametrize("front, line, fragments", MALFORMED, ids=[case[0] for case in MALFORMED])
+def test_a_malformed_program_names_the_file_field_and_line(front, line, fragments):
+    message = error_of(f"---\n{front}\n---\nprose\n")
+    assert message.startswith(f"program.md:{line}: "), message
+    for fragment in fragments:
+        assert fragment in message, message
+
+
+def test_line_numbers_count_leading_blank_lines(tmp_path):
+    path = write(tmp_path, "\n\n---\nmetric: x\ndirection: up\n---\n")
+    with pytest.raises(ProgramError, match=r"program\.md:5: field 'direction'"):
+        load_program(path)
+
+
+def test_unclosed_front_matter_is_a_clear_error():
+    message = error_of("---\nbudget: 60s\n\n# Goal\nwords\n")
+    assert message.startswith("program.md:1: ") and "never closed" in message and "'---'" in message
+
+
+def test_a_missing_file_is_a_program_error(tmp_path):
+    with pytest.raises(ProgramError, match="no such program file"):
+        load_program(tmp_path / "nope.md")
+
+
+# ---- Overrides: the same parsers, strings from the command line included ----
+
+def test_overrides_are_parsed_like_file_values(tmp_path):
+    path = write(tmp_path, "---\nbudget: 60s\nseeds: 3\n---\n")
+    program = load_program(path, {
+        "budget": "90s", "seeds.screen": "2", "alpha": "0.1", "prepare": "none",
+        "limits.memory": "2g", "protected": "a.py,b.py", "full_scale.seeds": 7,
+        "researcher": None,  # a CLI passes every option; None means "not given"
+    })
+    assert program.budget_s == 90.0
+    assert program.seeds == SeedPlan(baseline=4, screen=2, max=3)  # file's max kept
+    assert program.alpha == 0.1 and program.prepare is None
+    assert program.limits == ResourceLimits(memory_mb=2048, pids=512, cpus=None)
+    assert program.protected == ("a.py", "b.py")
+    assert program.full_scale == FullScale(budget_s=600.0, seeds=7)
+    assert program.researcher == "auto"
+
+
+def test_an_invalid_override_names_the_field():
+    message = error_of("---\nbudget: 60s\n---\n", {"budget": "soon"})
+    assert message == ("program.md (override budget): field 'budget': "
+                       "expected a duration like 60s, 10m or 1.5h, got 'soon'")
+    assert "field 'seeds.max'" in error_of("", {"seeds.max": "0"})
+    assert "also protected" in error_of("", {"target": "train/prepare.py"})
+
+
+def test_an_unknown_override_suggests_the_field():
+    message = error_of("", {"budgte": "9s"})
+    assert "(override)" in message and "did you mean 'budget'" in message
+    assert "unknown field 'alpha.x'" in error_of("", {"alpha.x": 1})
+    assert parse_program("", "p.md", {"claude.model": "m"}).claude == {"model": "m"}
+
+
+def test_file_errors_are_reported_before_overrides():
+    message = error_of("---\nbudget: soon\n---\n", {"budget": "60s"})
+    assert message.startswith("program.md:2: field 'budget'")
+
+
+def test_with_overrides_revalidates_and_accepts_attribute_names():
+    program = parse_program("---\nseeds: {baseline: 2, max: 4}\n---\nbrief", "program.md")
+    changed = program.with_overrides(budget_s=5, **{"seeds.max": 9})
+    assert (changed.budget_s, changed.seeds, changed.prose) == (5.0, SeedPlan(2, 1, 9), "brief")
+    assert program.budget_s == 60.0
+    with pytest.raises(ProgramError, match="field 'direction'"):
+        program.with_overrides(direction="down")
+
+
+# ---- Units ----
+
+@pytest.mark.parametrize("value, seconds", [
+    (60, 60.0), (90.5, 90.5), ("60", 60.0), ("60s", 60.0), ("90.5s", 90.5), ("10m", 600.0),
+    ("1.5h", 5400.0), ("2min", 120.0), (" 3 s ", 3.0), ("0", 0.0), ("1H", 3600.0),
+])
+def test_durations(value, seconds):
+    assert parse_duration(value) == seconds
+
+
+@pytest.mark.parametrize("value", ["soon", "1d", "-5s", "", "nan", True, None, [60]])
+def test_bad_durations(value):
+    with pytest.raises(Exception, match="duration like 60s"):
+        parse_duration(value)
+
+
+@pytest.mark.parametrize("value, mb", [
+    (8192, 8192), ("8192", 8192), ("8g", 8192), ("8G", 8192), ("8gb", 8192), ("8GiB", 8192),
+    ("512m", 512), ("512MB", 512), ("1.5g", 1536), ("1t", 1024 * 1024), (None, None), ("none", None),
+])
+def test_memory_sizes(value, mb):
+    assert parse_memory(value) == mb
+
+
+@pytest.mark.parametrize("value", ["lots", "8x", "0", 0.5, True, "-1g"])
+def test_bad_memory_sizes(value):
+    with pytest.raises(Exception, match="memory size like 8g"):
+        parse_memory(value)
