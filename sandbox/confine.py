@@ -1,0 +1,151 @@
+"""PID 1 of a local sandbox: confine the filesystem, drop privileges, run, reap, exit.
+
+Run by `sandbox.local.LocalRunner` as a script (standard library only, no package
+imports) inside fresh PID + mount (+ network) namespaces made by `unshare`:
+
+    python confine.py [--cgroup-procs FILE]... [--rlimit NAME=N]... [--writable DIR]...
+                      [--read-only-root] [--setpriv PATH] -- CMD...
+
+It first joins the run's cgroups (so all it starts is counted and limited), then confines
+the filesystem, then forks the command with the rlimits (RLIMIT_<NAME>, soft = hard = N)
+set in the child only, in its own process group.
+
+With `--read-only-root`, every mount is remounted read-only except the `--writable`
+folders (bind-mounted onto themselves first) and a fresh private tmpfs on /dev/shm, so
+the run can write only its out folder, home and tmp. With `--setpriv`, the command runs
+with no capabilities and no_new_privs, so even as root it cannot remount or undo this.
+
+Without a PID namespace (a machine without unshare) it still sets limits and reaps, and
+forwards signals to the command's process group only.
+
+As PID 1 it must stay alive while the command runs: it forwards SIGTERM/SIGINT/SIGHUP to
+every process of the namespace (kill(-1)), reaps orphans, and exits with the command's
+status (128+N when killed by signal N). When it exits the kernel kills whatever is left
+in the namespace, so nothing the command started (setsid or not) survives it.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import resource
+import signal
+import sys
+
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+_FLAG_OPTIONS = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC}
+
+
+def _mount(libc: ctypes.CDLL, source: str | None, target: str, fstype: str | None,
+           flags: int, data: str | None = None) -> None:
+    enc = lambda s: None if s is None else s.encode()  # noqa: E731
+    if libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"mount {target}: {os.strerror(err)}")
+
+
+def _mountpoints() -> list[tuple[str, int]]:
+    """(mount point, flags to keep) for every mount, parents before children."""
+    found = []
+    with open("/proc/self/mountinfo") as fh:
+        for line in fh:
+            fields = line.split()
+            point = fields[4].encode().decode("unicode_escape")  # \040 for spaces
+            keep = sum(_FLAG_OPTIONS.get(opt, 0) for opt in fields[5].split(","))
+            found.append((point, keep))
+    return found
+
+
+def make_read_only(writable: list[str]) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    _mount(libc, None, "/", None, MS_REC | MS_PRIVATE)  # nothing we do leaks to the host
+    for folder in writable:
+        _mount(libc, folder, folder, None, MS_BIND | MS_REC)
+    keep_writable = {os.path.realpath(folder) for folder in writable}
+    for point, keep in _mountpoints():
+        if point in keep_writable:
+            continue
+        try:  # /proc and /sys too: uid 0 without capabilities may still write /proc/sys
+            _mount(libc, None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | keep)
+        except OSError as exc:
+            if point == "/":
+                raise
+            print(f"nightshift sandbox: warning: {point} stays writable ({exc})", file=sys.stderr)
+    # A private /dev/shm (torch's DataLoader needs one) that vanishes with the namespace.
+    _mount(libc, "tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
+
+
+def main(argv: list[str]) -> int:
+    writable: list[str] = []
+    cgroup_procs: list[str] = []
+    rlimits: list[tuple[int, int]] = []
+    read_only_root = False
+    setpriv = ""
+    while argv and argv[0] != "--":
+        flag = argv.pop(0)
+        if flag == "--cgroup-procs":
+            cgroup_procs.append(argv.pop(0))
+        elif flag == "--rlimit":
+            name, value = argv.pop(0).split("=")
+            rlimits.append((getattr(resource, f"RLIMIT_{name}"), int(value)))
+        elif flag == "--writable":
+            writable.append(argv.pop(0))
+        elif flag == "--read-only-root":
+            read_only_root = True
+        elif flag == "--setpriv":
+            setpriv = argv.pop(0)
+        else:
+            raise SystemExit(f"confine.py: unknown flag {flag!r}")
+    command = argv[1:]
+    for procs in cgroup_procs:
+        with open(procs, "w") as fh:
+            fh.write(str(os.getpid()))
+    if read_only_root:
+        make_read_only(writable)
+    if setpriv:
+        command = [setpriv, "--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all",
+                   "--no-new-privs", "--", *command]
+
+    child = 0
+    is_init = os.getpid() == 1  # kill(-1) outside a PID namespace would hit the whole machine
+
+    def forward(signum: int, _frame: object) -> None:
+        try:
+            if is_init:
+                os.kill(-1, signum)  # every other process in this namespace
+            elif child:
+                os.killpg(child, signum)
+        except ProcessLookupError:
+            pass
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # before fork: no gap
+        signal.signal(sig, forward)
+    child = os.fork()
+    if child == 0:
+        os.setpgid(0, 0)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_DFL)
+        try:
+            for which, value in rlimits:
+                hard = resource.getrlimit(which)[1]
+                if hard != resource.RLIM_INFINITY and not is_init:  # cannot raise it unprivileged
+                    value = min(value, hard)
+                resource.setrlimit(which, (value, value))
+            os.execvp(command[0], command)
+        except (OSError, ValueError) as exc:
+            print(f"nightshift sandbox: cannot run {command[0]}: {exc}", file=sys.stderr)
+            os._exit(127)
+
+    while True:
+        try:
+            pid, status = os.wait()
+        except ChildProcessError:
+            return 1
+        except InterruptedError:
+            continue
+        if pid == child:
+            return os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
