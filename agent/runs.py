@@ -1,0 +1,144 @@
+"""Running one measurement: a commit on a seed, in the sandbox, recorded in the ledger.
+
+Each run gets its own folder `results/<tag>/runs/<run_id>/` holding the log, the script's
+outputs (`out/result.json`) and `provenance.json`. The commit is exported once into a
+read-only snapshot that all its seeds share, so the worktree can move on meanwhile.
+"""
+from __future__ import annotations
+
+import shutil
+import stat
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from agent.data import PreparedData
+from agent.gate import digest_files, tampered
+from agent.ledger import Ledger, utc_now
+from agent.provenance import environment, write_provenance
+from agent.workspace import Workspace
+from sandbox import Limits, Runner, RunSpec, Status
+
+
+@dataclass
+class RunPlan:
+    """Fixed for one loop invocation: where and how every run of the night happens."""
+
+    command: str
+    metric: str
+    budget_s: float
+    grace_s: float
+    protected: tuple[str, ...]
+    limits: Limits
+    split: str = "val"
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+
+class RunExecutor:
+    def __init__(self, *, plan: RunPlan, runner: Runner, workspace: Workspace, ledger: Ledger,
+                 data: PreparedData, results_dir: Path) -> None:
+        self.plan, self.runner, self.workspace = plan, runner, workspace
+        self.ledger, self.data = ledger, data
+        self.runs_dir = results_dir / "runs"
+        self.snapshots_dir = results_dir / "snapshots"
+
+    def snapshot(self, commit: str) -> Path:
+        dest = self.snapshots_dir / commit
+        if not (dest / ".nightshift-complete").exists():
+            if dest.exists():
+                remove_tree(dest)
+            staging = self.snapshots_dir / f".{commit}.partial"
+            if staging.exists():
+                remove_tree(staging)
+            self.workspace.snapshot(commit, staging)
+            staging.chmod(0o755)
+            (staging / ".nightshift-complete").write_text(commit)
+            (staging / ".nightshift-complete").chmod(0o444)
+            staging.chmod(0o555)
+            staging.rename(dest)
+        return dest
+
+    def release(self, commit: str) -> None:
+        """Drop a commit's snapshot once no more runs of it are expected."""
+        dest = self.snapshots_dir / commit
+        if dest.exists():
+            remove_tree(dest)
+
+    def run(self, commit: str, seed: int, role: str, experiment: str | None,
+            on_output: Callable[[str], None] | None = None) -> dict[str, Any]:
+        """Run `commit` on `seed` and return the recorded run_finished event."""
+        run_id = f"{commit[:8]}-s{seed}-{role[:3]}-{uuid.uuid4().hex[:6]}"
+        run_dir = self.runs_dir / run_id
+        out_dir = run_dir / "out"
+        out_dir.mkdir(parents=True)
+        snapshot = self.snapshot(commit)
+        protected_before = digest_files(snapshot, self.plan.protected)
+        spec = RunSpec(
+            command=self.plan.command, snapshot_dir=snapshot, data_dir=self.data.path,
+            out_dir=out_dir, seed=seed, budget_s=self.plan.budget_s, metric=self.plan.metric,
+            split=self.plan.split, grace_s=self.plan.grace_s, limits=self.plan.limits,
+            env=self.plan.extra_env,
+        )
+        started = self.ledger.append("run_started", run_id=run_id, commit=commit, seed=seed,
+                                     role=role, experiment=experiment)
+        try:
+            result = self.runner.run(spec, on_output=on_output)
+        except KeyboardInterrupt:
+            self.ledger.append("run_finished", run_id=run_id, commit=commit, seed=seed, role=role,
+                               experiment=experiment, status=Status.INTERRUPTED.value, metric=None,
+                               metrics={}, reason="interrupted by the user")
+            raise
+        status, reason = result.status, result.reason
+        changed = tampered(protected_before, digest_files(snapshot, self.plan.protected))
+        if changed:
+            status, reason = Status.TAMPERED, f"protected files changed during the run: {', '.join(changed)}"
+        provenance = {
+            "run_id": run_id, "commit": commit, "parent": self.workspace.parent(commit),
+            "seed": seed, "role": role, "experiment": experiment,
+            "budget_s": self.plan.budget_s, "grace_s": self.plan.grace_s,
+            "command": self.plan.command, "split": self.plan.split,
+            "protected_digests": protected_before,
+            "data_dir": str(self.data.path), "data_meta": self.data.meta,
+            "sandbox": {"backend": result.backend, **result.sandbox},
+            "environment": environment(),
+            "started_at": started["time"], "ended_at": utc_now(),
+        }
+        write_provenance(run_dir / "provenance.json", provenance)
+        return self.ledger.append(
+            "run_finished", run_id=run_id, commit=commit, seed=seed, role=role,
+            experiment=experiment, status=status.value,
+            metric=result.metric if status == Status.OK else None,
+            metrics=_json_safe(result.metrics), duration_s=round(result.duration_s, 3),
+            peak_memory_mb=result.peak_memory_mb, exit_code=result.exit_code, reason=reason,
+            log=str(Path(result.log_path).relative_to(self.runs_dir.parent))
+            if Path(result.log_path).is_relative_to(self.runs_dir.parent) else str(result.log_path),
+            log_tail=result.log_tail[-2000:], backend=result.backend,
+            data_hash=self.data.corpus_hash,
+        )
+
+
+def _json_safe(metrics: dict[str, Any]) -> dict[str, Any]:
+    """NaN and inf are not JSON: record them as strings so the ledger line stays valid."""
+    safe = {}
+    for key, value in metrics.items():
+        if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+            safe[key] = repr(value)
+        else:
+            safe[key] = value
+    return safe
+
+
+def remove_tree(path: Path) -> None:
+    """rmtree for the read-only trees snapshots are made of."""
+    def make_writable_and_retry(function, target, _exc_info):
+        Path(target).parent.chmod(stat.S_IRWXU)
+        Path(target).chmod(stat.S_IRWXU)
+        function(target)
+
+    for parent in [path, *[p for p in path.rglob("*") if p.is_dir()]]:
+        try:
+            parent.chmod(stat.S_IRWXU)
+        except OSError:
+            pass
+    shutil.rmtree(path, onerror=make_writable_and_retry)
