@@ -1,0 +1,311 @@
+"""The Docker backend against a real engine: hostile experiments end with the right status,
+the harness is unharmed, no container is left behind, and the next run is normal.
+
+Needs a Docker engine (`.ci/dockerd.sh start`); skipped, saying so, when none answers.
+The image is the offline host-mode one (`python -m sandbox.image build --mode host`),
+built here under a test tag when missing.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import pytest
+
+from sandbox.protocol import Limits, RunSpec, SandboxUnavailable, Status
+
+pytestmark = pytest.mark.docker
+
+TEST_TAG = "nightshift:test"
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def client():
+    from sandbox.docker import connect
+
+    try:
+        client = connect(timeout_s=3)
+    except SandboxUnavailable as exc:
+        pytest.skip(f"no Docker engine answers (start one: sudo .ci/dockerd.sh start): {exc}")
+    from sandbox.image import build_host_image
+
+    build_host_image(client, TEST_TAG)   # ~1 s, offline; rebuilt so it matches this Python
+    return client
+
+
+@pytest.fixture(scope="module")
+def runner(client):
+    from sandbox.docker import DockerRunner
+
+    return DockerRunner(TEST_TAG, client=client)
+
+
+@pytest.fixture
+def make_spec(tmp_path):
+    """spec(script, **overrides): a RunSpec running `python run.py` over a fresh snapshot."""
+    snapshot, data = tmp_path / "snapshot", tmp_path / "data"
+    (snapshot / "train").mkdir(parents=True)
+    (snapshot / "train" / "prepare.py").write_text("PROTECTED = True\n")
+    data.mkdir()
+    (data / "tokens.bin").write_bytes(b"\0" * 64)
+    counter = iter(range(1000))
+
+    def spec(script: str, *, budget_s: float = 20, grace_s: float = 5,
+             limits: Limits = Limits(memory_mb=512), **kw) -> RunSpec:
+        (snapshot / "run.py").write_text(textwrap.dedent(script))
+        out = tmp_path / f"run{next(counter)}" / "out"
+        out.mkdir(parents=True)
+        return RunSpec(command="python run.py", snapshot_dir=snapshot, data_dir=data, out_dir=out,
+                       seed=1, budget_s=budget_s, grace_s=grace_s, metric="val_bpb",
+                       limits=limits, **kw)
+    return spec
+
+
+@pytest.fixture(autouse=True)
+def no_leftovers(request):
+    """After every test: none of this process's containers exist, in any state."""
+    yield
+    if "client" in request.fixturenames:
+        client = request.getfixturevalue("client")
+        mine = client.containers.list(all=True, filters={"label": f"nightshift.harness-pid={os.getpid()}"})
+        assert not mine, f"containers left behind: {[c.name for c in mine]}"
+
+
+GOOD = """
+    import json, os
+    json.dump({"val_bpb": 1.25, "steps": 3}, open(os.path.join(os.environ["NIGHTSHIFT_OUT"], "result.json"), "w"))
+    print("---"); print("val_bpb: 1.25")
+"""
+
+
+def assert_next_run_is_normal(runner, make_spec) -> None:
+    result = runner.run(make_spec(GOOD))
+    assert result.status is Status.OK, result.reason
+    assert result.metric == 1.25
+
+
+# -- the normal path -------------------------------------------------------------------------
+
+def test_a_good_run_reports_its_metric_image_and_mounts(runner, make_spec):
+    lines: list[str] = []
+    result = runner.run(make_spec(GOOD), on_output=lines.append)
+    assert result.status is Status.OK and result.metric == 1.25 and result.metrics["steps"] == 3
+    assert result.backend == "docker" and "val_bpb: 1.25" in lines
+    assert result.sandbox["image_id"].startswith("sha256:")
+    assert result.sandbox["image_mode"] == "host"
+    assert {m["target"] for m in result.sandbox["mounts"]} >= {"/usr", os.path.realpath(sys.base_prefix)}
+    assert result.log_path.read_text().endswith("val_bpb: 1.25\n")
+
+
+def test_the_run_sees_only_the_protocol_environment(runner, make_spec, monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-secret-must-not-leak")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "also-secret")
+    result = runner.run(make_spec("""
+        import json, os
+        print("---"); print("val_bpb: 1.0")
+        json.dump(dict(os.environ), open(os.environ["NIGHTSHIFT_OUT"] + "/env.json", "w"))
+    """))
+    assert result.status is Status.OK
+    env = (result.log_path.parent / "out" / "env.json").read_text()
+    assert "secret" not in env and "ANTHROPIC" not in env and "AWS_" not in env
+    for name in ("NIGHTSHIFT_SEED", "NIGHTSHIFT_BUDGET_S", "NIGHTSHIFT_OUT", "NIGHTSHIFT_DATA", "NIGHTSHIFT_SPLIT"):
+        assert name in env
+
+
+def test_confinement_non_root_read_only_root_ro_snapshot_and_data_no_network(runner, make_spec):
+    result = runner.run(make_spec("""
+        import errno, os, socket
+        def writable(path):
+            try:
+                open(path, "a").close(); return "yes"
+            except OSError as exc:
+                return errno.errorcode[exc.errno]
+        def connect():
+            try:
+                socket.create_connection(("1.1.1.1", 53), timeout=2); return "yes"
+            except OSError as exc:
+                return type(exc).__name__
+        mounts = {line.split()[1]: line.split()[3].split(",")[0] for line in open("/proc/self/mounts")}
+        print("---")
+        print("uid:", os.getuid())
+        for name, path in [("root_fs", "/"), ("usr", "/usr"), ("snapshot", "/snapshot"),
+                           ("data", "/data"), ("out", "/out"), ("tmp", "/tmp")]:
+            print(f"{name}_mount:", mounts.get(path))
+        print("etc_write:", writable("/etc/evil"))
+        print("out_write:", writable(os.environ["NIGHTSHIFT_OUT"] + "/ok"))
+        print("tmp_write:", writable("/tmp/ok"))
+        print("network:", connect())
+        print("interfaces:", ",".join(sorted(os.listdir("/sys/class/net"))))
+        print("val_bpb: 1.0")
+    """))
+    m = result.metrics
+    assert result.status is Status.OK, result.reason
+    assert m["uid"] != 0
+    assert [m[f"{name}_mount"] for name in ("root_fs", "usr", "snapshot", "data")] == ["ro"] * 4
+    assert m["out_mount"] == m["tmp_mount"] == "rw"
+    assert m["etc_write"] in ("EROFS", "EACCES") and m["out_write"] == m["tmp_write"] == "yes"
+    assert m["network"] != "yes" and m["interfaces"] == "lo"
+    assert result.sandbox["network"] == "none" and result.sandbox["read_only_root"] is True
+
+
+# -- hostile experiments ---------------------------------------------------------------------
+
+HOSTILE = {
+    "fork_bomb": ("""
+        import os, time
+        for _ in range(10_000):
+            try:
+                os.fork()
+            except OSError:
+                break
+        time.sleep(0.5)
+        os._exit(1)
+    """, {"limits": Limits(memory_mb=512, pids=64), "budget_s": 5, "grace_s": 2}, {Status.CRASH, Status.TIMEOUT}),
+    "memory_hog": ("""
+        chunks = []
+        while True:
+            b = bytearray(32 * 2**20)
+            b[::4096] = b"x" * len(b[::4096])
+            chunks.append(b)
+    """, {"limits": Limits(memory_mb=256)}, {Status.OOM}),
+    "sleep_past_budget": ("import time; time.sleep(600)", {"budget_s": 1, "grace_s": 1}, {Status.TIMEOUT}),
+    "sigterm_ignoring_child": ("""
+        import os, signal, subprocess, sys, time
+        subprocess.Popen([sys.executable, "-c",
+            "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"],
+            start_new_session=True)
+        time.sleep(600)
+    """, {"budget_s": 1, "grace_s": 1}, {Status.TIMEOUT}),
+    "exit_0_without_metric": ("print('done, but no metric')", {}, {Status.NO_METRIC}),
+    "nan_metric": ("print('---'); print('val_bpb: nan')", {}, {Status.BAD_METRIC}),
+    "crash": ("raise SystemExit('boom')", {}, {Status.CRASH}),
+    "invalid_utf8": ("""
+        import sys
+        sys.stdout.buffer.write(b"\\xff\\xfe\\xfd not utf-8 \\xc3\\x28\\n---\\nval_bpb: 1.5\\n")
+    """, {}, {Status.OK}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_hostile_experiment_ends_with_the_right_status(name, runner, make_spec):
+    script, overrides, expected = HOSTILE[name]
+    result = runner.run(make_spec(script, **overrides))
+    assert result.status in expected, f"{name}: {result.status} ({result.reason})\n{result.log_tail}"
+    assert_next_run_is_normal(runner, make_spec)
+
+
+def test_printing_100_mb_keeps_the_log_capped_and_the_metric(runner, make_spec):
+    result = runner.run(make_spec("""
+        import sys
+        line = b"y" * 1023 + b"\\n"
+        for _ in range(100 * 1024):
+            sys.stdout.buffer.write(line)
+        print("---"); print("val_bpb: 0.5")
+    """, log_cap_bytes=1_000_000))
+    assert result.status is Status.OK and result.metric == 0.5
+    assert result.sandbox["log_bytes"] >= 100 * 2**20
+    assert result.log_path.stat().st_size < 1_100_000
+
+
+def test_oom_is_recognised_from_the_engine_and_peak_memory_recorded(runner, make_spec):
+    result = runner.run(make_spec("""
+        import time
+        keep = bytearray(150 * 2**20)
+        keep[::4096] = b"x" * len(keep[::4096])
+        time.sleep(1.5)
+        hog = [bytearray(400 * 2**20)]
+        hog[0][::4096] = b"x" * len(hog[0][::4096])
+    """, limits=Limits(memory_mb=300)))
+    assert result.status is Status.OOM and result.sandbox["oom_killed"] is True
+    assert result.peak_memory_mb is not None and result.peak_memory_mb >= 150
+
+
+def test_writing_outside_out_and_into_the_protected_file_fails_inside_only(runner, make_spec):
+    spec = make_spec("""
+        import os
+        for path in ("/snapshot/train/prepare.py", "/data/tokens.bin", "/etc/passwd", "/root/x"):
+            try:
+                open(path, "a").write("tampered")
+                print("wrote", path)
+            except OSError:
+                pass
+        print("---"); print("val_bpb: 1.0")
+    """)
+    result = runner.run(spec)
+    assert result.status is Status.OK and "wrote" not in result.log_path.read_text()
+    assert (spec.snapshot_dir / "train" / "prepare.py").read_text() == "PROTECTED = True\n"
+    assert (spec.data_dir / "tokens.bin").read_bytes() == b"\0" * 64
+
+
+def test_out_folder_is_handed_back_to_the_harness(runner, make_spec):
+    result = runner.run(make_spec(GOOD))
+    out = result.log_path.parent / "out"
+    assert result.status is Status.OK
+    assert (out / "result.json").stat().st_uid == os.getuid() == out.stat().st_uid
+
+
+# -- leftovers, interrupts, unavailability ---------------------------------------------------
+
+def test_ctrl_c_removes_the_container_and_reraises(runner, make_spec):
+    spec = make_spec("import time; time.sleep(600)", budget_s=600)
+    timer = threading.Timer(2.0, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        runner.run(spec)
+    timer.cancel()
+    assert_next_run_is_normal(runner, make_spec)
+
+
+def test_a_killed_harness_leaves_a_container_that_the_next_runner_removes(client, make_spec):
+    from sandbox.docker import DockerRunner
+
+    spec = make_spec("import time; time.sleep(600)", budget_s=600)
+    code = (f"import sys; sys.path.insert(0, {str(REPO)!r}); from pathlib import Path\n"
+            f"from sandbox.docker import DockerRunner; from sandbox.protocol import RunSpec\n"
+            f"DockerRunner({TEST_TAG!r}).run(RunSpec(command='sleep 600', snapshot_dir=Path({str(spec.snapshot_dir)!r}),"
+            f" data_dir=Path({str(spec.data_dir)!r}), out_dir=Path({str(spec.out_dir)!r}), seed=1, budget_s=600, metric='m'))\n")
+    harness = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        orphan_filter = {"label": f"nightshift.harness-pid={harness.pid}"}
+        for _ in range(100):   # until its container runs
+            if client.containers.list(filters=orphan_filter):
+                break
+            threading.Event().wait(0.2)
+        assert client.containers.list(filters=orphan_filter), "the harness never started its container"
+    finally:
+        harness.kill()   # SIGKILL: no cleanup runs
+        harness.wait()
+    assert client.containers.list(all=True, filters=orphan_filter), "expected an orphan to sweep"
+    fresh = DockerRunner(TEST_TAG, client=client)
+    assert_next_run_is_normal(fresh, make_spec)   # its first run sweeps the orphan
+    assert not client.containers.list(all=True, filters=orphan_filter)
+
+
+def test_a_missing_image_is_unavailable_with_the_build_command(client, make_spec):
+    from sandbox.docker import DockerRunner
+
+    with pytest.raises(SandboxUnavailable, match="python -m sandbox.image build"):
+        DockerRunner("nightshift:no-such-tag", client=client).run(make_spec(GOOD))
+
+
+def test_no_engine_is_unavailable_with_how_to_start_one(monkeypatch, tmp_path):
+    from sandbox.docker import connect
+
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no.sock")
+    with pytest.raises(SandboxUnavailable, match="dockerd.sh start"):
+        connect(timeout_s=1)
+
+
+def test_auto_picks_docker_when_the_engine_answers(client):
+    from sandbox.select import make_runner
+
+    runner, why = make_runner("auto", image=TEST_TAG)
+    assert runner.name == "docker" and why.startswith("docker (engine ")
+    with pytest.raises(SandboxUnavailable, match="sandbox.image build"):
+        make_runner("docker", image="nightshift:no-such-tag")
