@@ -210,6 +210,7 @@ class _Watch:
         self.peak_rss_mb: float | None = None
         self.ended: float | None = None
         self.timed_out = False
+        self.strays = 0
 
     def follow(self, deadline_s: float) -> None:
         start = time.monotonic()
@@ -226,13 +227,14 @@ class _Watch:
             self._read(0.1)
             self._reap()
             if self.exit_code is not None and not self.eof:
-                self._signal_all(signal.SIGKILL)  # the parent is gone: the rest must go too
+                self.strays += self._signal_all(signal.SIGKILL)  # the parent is gone: the rest too
                 self._drain(2.0)
                 return
 
     def finish(self) -> int:
-        """Kill whatever is left, reap, drain and close the log. Returns strays killed."""
-        strays = 0
+        """Kill whatever is left, reap, drain and close the log. Returns how many processes
+        were still alive after the command itself had ended (or been killed)."""
+        strays = self.strays
         for _ in range(50):
             found = self._signal_all(signal.SIGKILL)
             if self.exit_code is None:

@@ -1,0 +1,55 @@
+"""Shared fixtures. Sandbox: `hostile_spec` builds a RunSpec around a script of tests/hostile/."""
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))  # so tests can `import hostile`
+
+from sandbox.protocol import Limits, RunSpec  # noqa: E402
+
+
+def _make_read_only(folder: Path) -> None:
+    """What the harness does to a snapshot: no write bits anywhere."""
+    for path in [*folder.rglob("*"), folder]:
+        mode = path.stat().st_mode
+        path.chmod(mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+
+
+@pytest.fixture
+def hostile_spec(tmp_path):
+    """hostile_spec(name, **overrides) -> RunSpec running hostile script `name` as
+    `python train.py` over its own read-only snapshot, with an empty out folder at
+    `<tmp>/run-N/out`. Defaults: budget 30 s (a loaded machine is slow; tests of timeouts
+    pass a small one), grace 1 s, 256 MB, 64 pids."""
+    import hostile
+
+    counter = itertools.count()
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "tokens.bin").write_bytes(b"\0" * 64)
+
+    def make(name: str, *, budget_s: float = 30.0, grace_s: float = 1.0,
+             limits: Limits = Limits(memory_mb=256, pids=64), env: dict[str, str] | None = None,
+             log_cap_bytes: int = 1_000_000) -> RunSpec:
+        n = next(counter)
+        snapshot = tmp_path / f"snapshot-{n}"
+        snapshot.mkdir()
+        shutil.copy(hostile.script(name), snapshot / "train.py")
+        _make_read_only(snapshot)
+        out = tmp_path / f"run-{n}" / "out"
+        out.mkdir(parents=True)
+        return RunSpec(command=f"{sys.executable} train.py", snapshot_dir=snapshot, data_dir=data,
+                       out_dir=out, seed=n, budget_s=budget_s, grace_s=grace_s, metric="val_bpb",
+                       limits=limits, env=env or {}, log_cap_bytes=log_cap_bytes)
+
+    yield make
+    for path in tmp_path.rglob("*"):  # let pytest clean up the read-only snapshots
+        if path.is_dir() and not path.is_symlink():
+            os.chmod(path, 0o755)

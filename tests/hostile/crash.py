@@ -1,0 +1,2 @@
+print("starting")
+raise ValueError("boom: the model exploded")
