@@ -20,7 +20,7 @@ from agent.researchers import (Outcome, Prediction, Proposal, ProposalRejected, 
 from agent.runs import RunExecutor
 from agent.scoring import score_prediction
 from agent.summary import ledger_summary
-from agent.workspace import Workspace
+from agent.workspace import Workspace, candidate_message
 
 MAX_REFERENCE_RETRIES = 2
 EXIT_LOOP = 4          # the loop could not go on (baseline failing, workspace broken)
@@ -269,7 +269,9 @@ class ResearchLoop:
         if not gate.ok:
             self._record_invalid(experiment_id, state, proposal, gate.reason)
             return None
-        message = _commit_message(experiment_id, proposal)
+        trailers = {"Nightshift-Hypothesis": proposal.hypothesis_id} if proposal.hypothesis_id else None
+        message = candidate_message(proposal.description, proposal.hypothesis, proposal.prediction,
+                                    experiment_id, trailers)
         commit = self.workspace.commit_candidate(self.program.target, proposal.source, message)
         self.ledger.append(
             "experiment_proposed", id=experiment_id, commit=commit, parent=state.incumbent,
@@ -300,23 +302,6 @@ class ResearchLoop:
 
     def _write_views(self) -> None:
         write_tsv(self.state(), self.ledger.dir, self.program.metric)
-
-
-def _commit_message(experiment_id: str, proposal: Proposal) -> str:
-    p = proposal.prediction
-    lines = [
-        proposal.description.strip().splitlines()[0][:120] if proposal.description.strip() else experiment_id,
-        "",
-        f"Hypothesis: {proposal.hypothesis.strip()}",
-        f"Prediction: {p.direction}, delta {p.expected_delta:+.4g} in [{p.interval[0]:+.4g}, "
-        f"{p.interval[1]:+.4g}] at {p.confidence:.0%}",
-    ]
-    if p.rationale:
-        lines.append(f"Rationale: {p.rationale.strip()}")
-    lines += ["", f"Nightshift-Experiment: {experiment_id}"]
-    if proposal.hypothesis_id:
-        lines.append(f"Nightshift-Hypothesis: {proposal.hypothesis_id}")
-    return "\n".join(lines) + "\n"
 
 
 def _proposal_of(experiment: Experiment) -> Proposal:

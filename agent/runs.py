@@ -6,8 +6,6 @@ read-only snapshot that all its seeds share, so the worktree can move on meanwhi
 """
 from __future__ import annotations
 
-import shutil
-import stat
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,9 +14,11 @@ from typing import Any, Callable
 from agent.data import PreparedData
 from agent.gate import digest_files, tampered
 from agent.ledger import Ledger, utc_now
-from agent.provenance import environment, write_provenance
-from agent.workspace import Workspace
+from agent.provenance import determinism, environment, fingerprint, write_provenance
+from agent.workspace import Workspace, remove_snapshot
 from sandbox import Limits, Runner, RunSpec, Status
+
+MAX_DIFF_CHARS = 1_000_000   # a diff larger than this is left to git (the commit pins it anyway)
 
 
 @dataclass
@@ -33,6 +33,7 @@ class RunPlan:
     limits: Limits
     split: str = "val"
     extra_env: dict[str, str] = field(default_factory=dict)
+    target: str | None = None      # the file the researcher edits; its digest goes in provenance
 
 
 class RunExecutor:
@@ -47,10 +48,10 @@ class RunExecutor:
         dest = self.snapshots_dir / commit
         if not (dest / ".nightshift-complete").exists():
             if dest.exists():
-                remove_tree(dest)
+                remove_snapshot(dest)
             staging = self.snapshots_dir / f".{commit}.partial"
             if staging.exists():
-                remove_tree(staging)
+                remove_snapshot(staging)
             self.workspace.snapshot(commit, staging)
             staging.chmod(0o755)
             (staging / ".nightshift-complete").write_text(commit)
@@ -63,7 +64,7 @@ class RunExecutor:
         """Drop a commit's snapshot once no more runs of it are expected."""
         dest = self.snapshots_dir / commit
         if dest.exists():
-            remove_tree(dest)
+            remove_snapshot(dest)
 
     def run(self, commit: str, seed: int, role: str, experiment: str | None,
             on_output: Callable[[str], None] | None = None) -> dict[str, Any]:
@@ -93,15 +94,23 @@ class RunExecutor:
         changed = tampered(protected_before, digest_files(snapshot, self.plan.protected))
         if changed:
             status, reason = Status.TAMPERED, f"protected files changed during the run: {', '.join(changed)}"
+        env = environment()
+        parent = self.workspace.parent(commit)
+        diff = self.workspace.diff(commit) if parent else ""   # a root commit's diff is everything
         provenance = {
-            "run_id": run_id, "commit": commit, "parent": self.workspace.parent(commit),
+            "run_id": run_id, "commit": commit, "parent": parent,
+            "diff": diff if len(diff) <= MAX_DIFF_CHARS else "",
+            "diff_omitted": f"{len(diff)} characters; see `git diff {parent} {commit}`"
+            if len(diff) > MAX_DIFF_CHARS else None,
+            "target_digest": digest_files(snapshot, (self.plan.target,)) if self.plan.target else {},
             "seed": seed, "role": role, "experiment": experiment,
             "budget_s": self.plan.budget_s, "grace_s": self.plan.grace_s,
             "command": self.plan.command, "split": self.plan.split,
             "protected_digests": protected_before,
             "data_dir": str(self.data.path), "data_meta": self.data.meta,
             "sandbox": {"backend": result.backend, **result.sandbox},
-            "environment": environment(),
+            "environment": env, "env_fingerprint": fingerprint(env),
+            "determinism": determinism(seed, self.plan.extra_env),
             "started_at": started["time"], "ended_at": utc_now(),
         }
         write_provenance(run_dir / "provenance.json", provenance)
@@ -114,7 +123,8 @@ class RunExecutor:
             log=str(Path(result.log_path).relative_to(self.runs_dir.parent))
             if Path(result.log_path).is_relative_to(self.runs_dir.parent) else str(result.log_path),
             log_tail=result.log_tail[-2000:], backend=result.backend,
-            data_hash=self.data.corpus_hash,
+            data_hash=self.data.corpus_hash, env_fingerprint=provenance["env_fingerprint"],
+            provenance=str((run_dir / "provenance.json").relative_to(self.runs_dir.parent)),
         )
 
 
@@ -127,18 +137,3 @@ def _json_safe(metrics: dict[str, Any]) -> dict[str, Any]:
         else:
             safe[key] = value
     return safe
-
-
-def remove_tree(path: Path) -> None:
-    """rmtree for the read-only trees snapshots are made of."""
-    def make_writable_and_retry(function, target, _exc_info):
-        Path(target).parent.chmod(stat.S_IRWXU)
-        Path(target).chmod(stat.S_IRWXU)
-        function(target)
-
-    for parent in [path, *[p for p in path.rglob("*") if p.is_dir()]]:
-        try:
-            parent.chmod(stat.S_IRWXU)
-        except OSError:
-            pass
-    shutil.rmtree(path, onerror=make_writable_and_retry)

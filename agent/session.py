@@ -95,6 +95,6 @@ def build_session(program: Any, tag: str, *, researcher: str, sandbox: str, obse
     loop = ResearchLoop(tag=tag, program=program, workspace=workspace, ledger=ledger,
                         executor=executor, researcher=chosen, rule=rule, observer=observer,
                         facts=facts)
-    notes = [f"researcher: {researcher_why}", f"sandbox: {sandbox_why}",
+    notes = [f"researcher: {chosen.name} ({researcher_why})", f"sandbox: {sandbox_why}",
              f"decision rule: {rule.name}", f"data: {data.path}", f"results: {results}"]
     return Session(loop=loop, results=results, notes=notes)
