@@ -1,0 +1,284 @@
+"""The LLM-free researcher: an Optuna study over the target's annotated knobs.
+
+Each proposal varies 1..knobs_per_proposal knobs (chosen deterministically from the seed and
+the experiment index) and fixes the others at the incumbent's values, so a kept change is
+always attributable. Every trial records the *whole* configuration as its params, so the
+study models the metric over the full knob space as the incumbent moves. The trial's value is
+the candidate's measured mean. The study lives in `state_dir/optuna.db` (SQLite); a new
+researcher on the same state_dir continues it.
+
+Queued human hypotheses that are plain knob assignments (`LR=1e-3`, `set N_LAYER to 4`) are
+tested first; prose ones are left for a researcher that reads prose (noted in `extra`).
+
+Predictions come from the study's history: see `agent.prediction_stats`.
+"""
+from __future__ import annotations
+
+import math
+import random
+import sqlite3
+import warnings
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.trial import TrialState
+
+from agent.knobs import (
+    Knob, KnobError, format_value, parse_assignments, parse_knobs, round_sig, same_value, set_knobs,
+)
+from agent.prediction_stats import TriedConfig, predict_delta
+from agent.researchers.base import Outcome, Proposal, ResearchContext, Researcher, ResearcherError
+
+STUDY_NAME = "nightshift"
+SIGNIFICANT_DIGITS = 3   # sampled floats are rounded so the diff stays readable (3e-3, not 0.0030127…)
+
+
+class OptunaResearcher(Researcher):
+    """TPE over the annotated knobs, persisted in `state_dir/optuna.db`."""
+
+    name = "optuna"
+
+    def __init__(self, state_dir: Path, seed: int = 0, knobs_per_proposal: int = 2,
+                 direction: str = "minimize") -> None:
+        if direction not in ("minimize", "maximize"):
+            raise ResearcherError(f"optuna researcher: direction must be minimize|maximize, got {direction!r}")
+        if knobs_per_proposal < 1:
+            raise ResearcherError(f"optuna researcher: knobs_per_proposal must be >= 1, got {knobs_per_proposal}")
+        self.state_dir = Path(state_dir)
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.seed = seed
+        self.knobs_per_proposal = knobs_per_proposal
+        self.direction = direction
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        self.study = optuna.create_study(
+            study_name=STUDY_NAME, storage=_sqlite_storage(self.state_dir / "optuna.db"),
+            direction=direction, load_if_exists=True,
+        )
+        stored = self.study.direction.name.lower()
+        if stored != direction:
+            raise ResearcherError(
+                f"optuna researcher: the study in {self.state_dir / 'optuna.db'} was created to "
+                f"{stored} but the program says {direction}; use a new results tag or delete that file"
+            )
+        self._pending: dict[int, optuna.Trial] = {}   # trials asked by this process, by number
+        self._fail_orphans()
+
+    # ---- Researcher ------------------------------------------------------------------------
+
+    def propose(self, context: ResearchContext) -> Proposal:
+        knobs = self._knobs(context)
+        incumbent = {k.name: k.value for k in knobs}
+        skipped: list[dict[str, str]] = []
+        for hyp_id, text in context.hypotheses:
+            try:
+                assignment = parse_assignments(text, knobs)
+            except KnobError as exc:
+                skipped.append({"id": hyp_id, "reason": f"not a knob assignment: {exc}"})
+                continue
+            if all(same_value(incumbent[n], v) for n, v in assignment.items()):
+                skipped.append({"id": hyp_id, "reason": "the incumbent already has these values"})
+                continue
+            config = {**incumbent, **assignment}
+            trial = self._ask(knobs, config, varied=[], experiment_index=context.experiment_index)
+            return self._proposal(context, knobs, incumbent, config, trial, skipped,
+                                  hypothesis=text, hypothesis_id=hyp_id)
+        varied = self._pick_knobs(knobs, context.experiment_index)
+        trial = self._ask(knobs, incumbent, varied, context.experiment_index)
+        config = self._applied_config(knobs, incumbent, varied, trial)
+        if all(same_value(config[n], incumbent[n]) for n in config):
+            # TPE drew the incumbent's own values (likely for a small int or choice space).
+            # That trial is recorded as failed-and-skipped and a neighbouring setting is run
+            # instead, asked as a fully fixed trial so the study stores exactly what ran.
+            trial.set_user_attr("skipped", "sampled the incumbent's values; nudged instead")
+            self.study.tell(trial, state=TrialState.FAIL)
+            self._pending.pop(trial.number, None)
+            config = {**incumbent, varied[0].name: _nudge(varied[0], incumbent[varied[0].name])}
+            trial = self._ask(knobs, config, varied=[], experiment_index=context.experiment_index)
+        return self._proposal(context, knobs, incumbent, config, trial, skipped)
+
+    def observe(self, proposal: Proposal, outcome: Outcome) -> None:
+        number = proposal.extra.get("trial")
+        if number is None:
+            return   # not one of ours (e.g. a proposal made by another researcher)
+        value = outcome.candidate_mean
+        has_value = value is not None and math.isfinite(value)
+        attrs = {"experiment_id": outcome.experiment_id, "verdict": outcome.verdict,
+                 "measured_delta": outcome.measured_delta}
+        trial = self._pending.pop(number, None)
+        frozen = self.study.get_trials(deepcopy=False)[number]
+        if frozen.state == TrialState.RUNNING:
+            if trial is not None:
+                for key, val in attrs.items():
+                    trial.set_user_attr(key, val)
+            try:
+                if has_value:
+                    self.study.tell(number, value)
+                else:
+                    self.study.tell(number, state=TrialState.FAIL)
+            except (ValueError, RuntimeError):
+                pass   # finished meanwhile (another process resumed it): the first tell stands
+            return
+        already = any(t.user_attrs.get("recovered_from_trial") == number
+                      for t in self.study.get_trials(deepcopy=False))
+        if frozen.state == TrialState.FAIL and has_value and not already:
+            # The trial was marked FAIL as an orphan when this researcher restarted while its
+            # experiment was still in flight; the loop finished that experiment after all.
+            # Optuna cannot reopen a trial, so its measurement is added as a new, complete one.
+            self.study.add_trial(optuna.trial.create_trial(
+                params=frozen.params, distributions=frozen.distributions, value=value,
+                user_attrs={**frozen.user_attrs, **attrs, "recovered_from_trial": number},
+            ))
+        # Otherwise the trial is already finished with this outcome (observe called twice):
+        # telling it again would raise, and the first tell stands.
+
+    # ---- sampling --------------------------------------------------------------------------
+
+    def _knobs(self, context: ResearchContext) -> list[Knob]:
+        try:
+            knobs = parse_knobs(context.incumbent_source)
+        except KnobError as exc:
+            raise ResearcherError(f"optuna researcher: {context.target}: {exc}") from exc
+        if not knobs:
+            raise ResearcherError(
+                f"optuna researcher: {context.target} has no annotated knobs; annotate constants "
+                f"like `LR = 3e-3  # search: log(1e-4, 3e-2)` or use another researcher"
+            )
+        return knobs
+
+    def _pick_knobs(self, knobs: list[Knob], experiment_index: int) -> list[Knob]:
+        rng = random.Random(f"nightshift-optuna:{self.seed}:{experiment_index}")
+        count = rng.randint(1, min(self.knobs_per_proposal, len(knobs)))
+        return sorted(rng.sample(knobs, count), key=lambda k: k.line)
+
+    def _ask(self, knobs: list[Knob], config: dict[str, Any], varied: list[Knob],
+             experiment_index: int) -> optuna.Trial:
+        """Ask a trial whose varied knobs TPE samples and whose other knobs are fixed at
+        `config`. Knobs whose fixed value lies outside their space are not study params (Optuna
+        could not represent them); they are kept in the `config` user attribute instead."""
+        varied_names = {k.name for k in varied}
+        distributions: dict[str, BaseDistribution] = {}
+        fixed: dict[str, Any] = {}
+        for knob in knobs:
+            if knob.name in varied_names:
+                distributions[knob.name] = _distribution(knob)
+            elif knob.contains(config[knob.name]):
+                distributions[knob.name] = _distribution(knob)
+                fixed[knob.name] = config[knob.name]
+        sampler_seed = (self.seed * 1_000_003 + experiment_index) % 2**32
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            self.study.sampler = optuna.samplers.PartialFixedSampler(
+                fixed, optuna.samplers.TPESampler(seed=sampler_seed))
+            trial = self.study.ask(distributions)
+        trial.set_user_attr("experiment_index", experiment_index)
+        self._pending[trial.number] = trial
+        return trial
+
+    def _applied_config(self, knobs: list[Knob], incumbent: dict[str, Any], varied: list[Knob],
+                        trial: optuna.Trial) -> dict[str, Any]:
+        config = dict(incumbent)
+        for knob in varied:
+            value = trial.params[knob.name]
+            if knob.kind in ("float", "log"):
+                value = min(max(round_sig(value, SIGNIFICANT_DIGITS), knob.low), knob.high)
+            config[knob.name] = value
+        return config
+
+    # ---- the proposal ----------------------------------------------------------------------
+
+    def _proposal(self, context: ResearchContext, knobs: list[Knob], incumbent: dict[str, Any],
+                  config: dict[str, Any], trial: optuna.Trial, skipped: list[dict[str, str]],
+                  hypothesis: str | None = None, hypothesis_id: str | None = None) -> Proposal:
+        changed = {n: v for n, v in config.items() if not same_value(v, incumbent[n])}
+        trial.set_user_attr("config", config)
+        trial.set_user_attr("changed", sorted(changed))
+        history = self._history()
+        prediction = predict_delta(
+            knobs, history, config, incumbent, incumbent_value=context.incumbent_value,
+            noise_sd=context.noise_sd, direction=self.direction, metric=context.metric,
+        )
+        description = ", ".join(
+            f"{n} {format_value(incumbent[n])} -> {format_value(v)}" for n, v in changed.items())
+        if hypothesis is None:
+            hypothesis = self._evidence_sentence(context.metric, changed, history, prediction.expected_delta)
+        source = set_knobs(context.incumbent_source, changed)
+        return Proposal(
+            source=source, description=description, hypothesis=hypothesis, prediction=prediction,
+            hypothesis_id=hypothesis_id,
+            extra={
+                "trial": trial.number, "study": STUDY_NAME, "params": changed, "config": config,
+                "skipped_hypotheses": skipped,
+                "prediction_method": "prior" if prediction.rationale.startswith("prior") else "knn",
+            },
+        )
+
+    def _evidence_sentence(self, metric: str, changed: dict[str, Any], history: list[TriedConfig],
+                           delta: float) -> str:
+        names = " and ".join(changed)
+        if not history:
+            return f"Exploring {names}: TPE draws a first setting; no measured trials yet."
+        best = min(history, key=lambda t: t.value) if self.direction == "minimize" else max(
+            history, key=lambda t: t.value)
+        return (
+            f"Changing {names} as TPE suggests from {len(history)} measured trials "
+            f"(best {metric} so far {best.value:.4g}); nearby settings predict a delta of {delta:+.3g}."
+        )
+
+    def _history(self) -> list[TriedConfig]:
+        history = []
+        for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+            config = t.user_attrs.get("config", t.params)
+            history.append(TriedConfig(config=config, value=float(t.value)))
+        return history
+
+    def _fail_orphans(self) -> None:
+        """A trial still RUNNING at start-up was asked by a process that died before telling.
+        Mark it FAIL so TPE does not treat it as in flight forever; if the loop later finishes
+        that experiment after all, `observe` re-adds it with its measurement."""
+        for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            try:
+                self.study.tell(t.number, state=TrialState.FAIL)
+            except (ValueError, RuntimeError):
+                pass   # finished by another process in between: nothing to clean up
+
+
+def _sqlite_storage(path: Path) -> optuna.storages.RDBStorage:
+    """Optuna's RDB storage on SQLite in WAL mode with synchronous=NORMAL: a commit survives a
+    crash of this process (what resume needs), only a power cut may lose the last few, and
+    the ledger, fsynced per line, stays the record of truth. The default journal mode fsyncs
+    several times per commit, which made creating the study alone take seconds."""
+    def connect() -> sqlite3.Connection:
+        connection = sqlite3.connect(path, timeout=60, check_same_thread=False)
+        connection.execute("PRAGMA journal_mode=WAL")
+        connection.execute("PRAGMA synchronous=NORMAL")
+        return connection
+
+    return optuna.storages.RDBStorage(f"sqlite:///{path}", engine_kwargs={"creator": connect})
+
+
+def _distribution(knob: Knob) -> BaseDistribution:
+    if knob.kind == "int":
+        return IntDistribution(int(knob.low), int(knob.high))
+    if knob.kind == "choice":
+        return CategoricalDistribution(list(knob.choices))
+    return FloatDistribution(knob.low, knob.high, log=knob.kind == "log")
+
+
+def _nudge(knob: Knob, value: Any) -> Any:
+    """A neighbouring in-space value different from `value`."""
+    if knob.kind == "choice":
+        options = list(knob.choices)
+        index = next((i for i, c in enumerate(options) if same_value(c, value)), -1)
+        return options[(index + 1) % len(options)]
+    if knob.kind == "int":
+        return value + 1 if value + 1 <= knob.high else value - 1
+    if knob.kind == "log":
+        factor = (knob.high / knob.low) ** 0.1
+        up = round_sig(value * factor, SIGNIFICANT_DIGITS)
+        return up if up <= knob.high else round_sig(value / factor, SIGNIFICANT_DIGITS)
+    step = (knob.high - knob.low) * 0.1
+    up = round_sig(value + step, SIGNIFICANT_DIGITS)
+    return up if up <= knob.high else round_sig(value - step, SIGNIFICANT_DIGITS)
+
