@@ -1,0 +1,56 @@
+"""Pick a researcher by name: "optuna", "scripted", "claude", or "auto".
+
+"auto" means claude when ANTHROPIC_API_KEY is set, else optuna. The CLI prints the choice and
+its reason, e.g. "researcher: optuna (ANTHROPIC_API_KEY not set)".
+
+`program` (an agent.program.Program) is only passed through; this module reads a few of its
+fields with getattr so it never imports agent.program (or the Anthropic SDK) at import time.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+from agent.researchers.base import Researcher, ResearcherError
+
+RESEARCHER_NAMES = ("auto", "claude", "optuna", "scripted")
+
+
+def resolve_researcher_name(name: str, env: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """(concrete name, why) for `name`; resolves "auto" from the environment."""
+    env = os.environ if env is None else env
+    if name not in RESEARCHER_NAMES:
+        raise ResearcherError(f"unknown researcher {name!r}; choose one of {', '.join(RESEARCHER_NAMES)}")
+    if name != "auto":
+        return name, "chosen explicitly"
+    if env.get("ANTHROPIC_API_KEY"):
+        return "claude", "ANTHROPIC_API_KEY is set"
+    return "optuna", "ANTHROPIC_API_KEY not set"
+
+
+def make_researcher(name: str, *, state_dir: Path, program: Any, script: Path | None = None,
+                    seed: int = 0, env: Mapping[str, str] | None = None) -> Researcher:
+    """A ready researcher. `state_dir` holds what it must keep across restarts (created here).
+    Raises ResearcherError with the fix when it cannot be built."""
+    resolved, _ = resolve_researcher_name(name, env)
+    state_dir = Path(state_dir)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    if resolved == "optuna":
+        from agent.researchers.optuna_researcher import OptunaResearcher
+
+        return OptunaResearcher(state_dir, seed=seed,
+                                direction=getattr(program, "direction", "minimize") or "minimize")
+    if resolved == "scripted":
+        if script is None:
+            raise ResearcherError("the scripted researcher needs a script: pass --script PATH "
+                                  "(a JSON or YAML list of proposals)")
+        from agent.researchers.scripted import ScriptedResearcher
+
+        return ScriptedResearcher.from_file(Path(script))
+    try:
+        from agent.researchers.claude import ClaudeResearcher
+    except ImportError as exc:
+        raise ResearcherError(f"the claude researcher is unavailable: {exc}; "
+                              f"use --researcher optuna") from exc
+    return ClaudeResearcher(state_dir=state_dir, program=program)
