@@ -7,14 +7,17 @@ built here under a test tag when missing.
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
 import threading
 from pathlib import Path
 
+import hostile
 import pytest
 
 from sandbox.protocol import Limits, RunSpec, SandboxUnavailable, Status
@@ -77,6 +80,8 @@ def no_leftovers(request):
         assert not mine, f"containers left behind: {[c.name for c in mine]}"
 
 
+PROTOCOL_VARS = ("NIGHTSHIFT_SEED", "NIGHTSHIFT_BUDGET_S", "NIGHTSHIFT_OUT", "NIGHTSHIFT_DATA",
+                 "NIGHTSHIFT_SPLIT")
 GOOD = """
     import json, os
     json.dump({"val_bpb": 1.25, "steps": 3}, open(os.path.join(os.environ["NIGHTSHIFT_OUT"], "result.json"), "w"))
@@ -84,10 +89,10 @@ GOOD = """
 """
 
 
-def assert_next_run_is_normal(runner, make_spec) -> None:
-    result = runner.run(make_spec(GOOD))
+def assert_next_run_is_normal(runner, make_spec=None, hostile_spec=None) -> None:
+    result = runner.run(hostile_spec("ok") if hostile_spec else make_spec(GOOD))
     assert result.status is Status.OK, result.reason
-    assert result.metric == 1.25
+    assert result.metric in (1.25, 1.23)
 
 
 # -- the normal path -------------------------------------------------------------------------
@@ -101,6 +106,8 @@ def test_a_good_run_reports_its_metric_image_and_mounts(runner, make_spec):
     assert result.sandbox["image_mode"] == "host"
     assert {m["target"] for m in result.sandbox["mounts"]} >= {"/usr", os.path.realpath(sys.base_prefix)}
     assert result.log_path.read_text().endswith("val_bpb: 1.25\n")
+    out = result.log_path.parent / "out"   # handed back to the harness's uid after the run
+    assert (out / "result.json").stat().st_uid == os.getuid() == out.stat().st_uid
 
 
 def test_the_run_sees_only_the_protocol_environment(runner, make_spec, monkeypatch):
@@ -154,63 +161,72 @@ def test_confinement_non_root_read_only_root_ro_snapshot_and_data_no_network(run
     assert result.sandbox["network"] == "none" and result.sandbox["read_only_root"] is True
 
 
-# -- hostile experiments ---------------------------------------------------------------------
+# -- hostile experiments (tests/hostile/, shared with the local backend) ---------------------
 
-HOSTILE = {
-    "fork_bomb": ("""
-        import os, time
-        for _ in range(10_000):
+def hostile_env(name: str, tmp_path: Path, port: int) -> dict[str, str]:
+    return {"network": {"HOSTILE_PORT": str(port)},
+            "write_outside": {"HOSTILE_OUTSIDE": str(tmp_path / "outside.txt")},
+            "flood": {"HOSTILE_MB": "100"}}.get(name, {})
+
+
+@pytest.fixture
+def host_listener():
+    """A TCP server on the host's loopback that the sandbox must not reach."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(4)
+    server.settimeout(0.2)
+    accepted: list[object] = []
+    stop = threading.Event()
+
+    def serve():
+        while not stop.is_set():
             try:
-                os.fork()
+                accepted.append(server.accept()[0])
             except OSError:
-                break
-        time.sleep(0.5)
-        os._exit(1)
-    """, {"limits": Limits(memory_mb=512, pids=64), "budget_s": 5, "grace_s": 2}, {Status.CRASH, Status.TIMEOUT}),
-    "memory_hog": ("""
-        chunks = []
-        while True:
-            b = bytearray(32 * 2**20)
-            b[::4096] = b"x" * len(b[::4096])
-            chunks.append(b)
-    """, {"limits": Limits(memory_mb=256)}, {Status.OOM}),
-    "sleep_past_budget": ("import time; time.sleep(600)", {"budget_s": 1, "grace_s": 1}, {Status.TIMEOUT}),
-    "sigterm_ignoring_child": ("""
-        import os, signal, subprocess, sys, time
+                pass
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield server.getsockname()[1], accepted
+    stop.set()
+    thread.join()
+    server.close()
+
+
+@pytest.mark.parametrize("name", sorted(hostile.EXPECTED))
+def test_hostile_experiment_ends_with_the_right_status(name, runner, hostile_spec, tmp_path, host_listener,
+                                                       monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-secret-must-not-leak")
+    port, accepted = host_listener
+    budget = 2.0 if name == "sleep" else 30.0
+    result = runner.run(hostile_spec(name, budget_s=budget, env=hostile_env(name, tmp_path, port)))
+    assert result.status == Status(hostile.EXPECTED[name]), (result.reason, result.log_tail)
+    assert result.status is Status.OK or result.reason
+    out = result.log_path.parent / "out"
+    seen = json.loads((out / f"{name}.json").read_text()) if (out / f"{name}.json").exists() else {}
+    if name == "forkbomb":
+        assert result.metrics["refused"] and result.metrics["forked"] < 64
+    if name == "network":
+        assert seen["tcp"].startswith("refused") and seen["dns"].startswith("refused") and not accepted
+    if name == "write_outside":
+        assert not (tmp_path / "outside.txt").exists()
+        assert seen["snapshot_new"].startswith("refused") and seen["snapshot_existing"].startswith("refused")
+    if name == "env_dump":
+        assert "ANTHROPIC_API_KEY" not in seen and set(seen) >= set(PROTOCOL_VARS)
+    if name == "flood":
+        assert result.sandbox["log_bytes"] > 100 * 2**20 and result.log_path.stat().st_size < 1_100_000
+    assert_next_run_is_normal(runner, make_spec=None, hostile_spec=hostile_spec)
+
+
+def test_a_sigterm_ignoring_child_in_its_own_session_dies_with_the_run(runner, make_spec):
+    result = runner.run(make_spec("""
+        import subprocess, sys, time
         subprocess.Popen([sys.executable, "-c",
             "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"],
             start_new_session=True)
         time.sleep(600)
-    """, {"budget_s": 1, "grace_s": 1}, {Status.TIMEOUT}),
-    "exit_0_without_metric": ("print('done, but no metric')", {}, {Status.NO_METRIC}),
-    "nan_metric": ("print('---'); print('val_bpb: nan')", {}, {Status.BAD_METRIC}),
-    "crash": ("raise SystemExit('boom')", {}, {Status.CRASH}),
-    "invalid_utf8": ("""
-        import sys
-        sys.stdout.buffer.write(b"\\xff\\xfe\\xfd not utf-8 \\xc3\\x28\\n---\\nval_bpb: 1.5\\n")
-    """, {}, {Status.OK}),
-}
-
-
-@pytest.mark.parametrize("name", sorted(HOSTILE))
-def test_hostile_experiment_ends_with_the_right_status(name, runner, make_spec):
-    script, overrides, expected = HOSTILE[name]
-    result = runner.run(make_spec(script, **overrides))
-    assert result.status in expected, f"{name}: {result.status} ({result.reason})\n{result.log_tail}"
-    assert_next_run_is_normal(runner, make_spec)
-
-
-def test_printing_100_mb_keeps_the_log_capped_and_the_metric(runner, make_spec):
-    result = runner.run(make_spec("""
-        import sys
-        line = b"y" * 1023 + b"\\n"
-        for _ in range(100 * 1024):
-            sys.stdout.buffer.write(line)
-        print("---"); print("val_bpb: 0.5")
-    """, log_cap_bytes=1_000_000))
-    assert result.status is Status.OK and result.metric == 0.5
-    assert result.sandbox["log_bytes"] >= 100 * 2**20
-    assert result.log_path.stat().st_size < 1_100_000
+    """, budget_s=1, grace_s=1))
+    assert result.status is Status.TIMEOUT   # and the container, with every process in it, is gone
 
 
 def test_oom_is_recognised_from_the_engine_and_peak_memory_recorded(runner, make_spec):
@@ -241,13 +257,6 @@ def test_writing_outside_out_and_into_the_protected_file_fails_inside_only(runne
     assert result.status is Status.OK and "wrote" not in result.log_path.read_text()
     assert (spec.snapshot_dir / "train" / "prepare.py").read_text() == "PROTECTED = True\n"
     assert (spec.data_dir / "tokens.bin").read_bytes() == b"\0" * 64
-
-
-def test_out_folder_is_handed_back_to_the_harness(runner, make_spec):
-    result = runner.run(make_spec(GOOD))
-    out = result.log_path.parent / "out"
-    assert result.status is Status.OK
-    assert (out / "result.json").stat().st_uid == os.getuid() == out.stat().st_uid
 
 
 # -- leftovers, interrupts, unavailability ---------------------------------------------------
