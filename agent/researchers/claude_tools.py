@@ -1,0 +1,415 @@
+"""The tools the Claude researcher may call, and their execution against an in-memory draft.
+
+A `Workbench` is the model's whole view of the repository during one proposal: a draft of
+the target (starting as the incumbent source) and the protected files, read-only. Nothing
+here touches the disk or git: the loop commits the submitted source itself.
+
+Every tool either returns the text to give back to the model, or raises `ToolError`, whose
+`kind` names the mistake (the researcher counts them) and whose message tells the model what
+was wrong and how to fix it. An edit that raises is never applied.
+"""
+from __future__ import annotations
+
+import ast
+import difflib
+import json
+import math
+import posixpath
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from agent.researchers.base import Prediction
+
+MAX_READ_CHARS = 40_000      # one read_file answer; keeps a turn's context bounded
+MAX_DETAIL_CHARS = 12_000    # one show_experiment answer (diff + log tail)
+MAX_DESCRIPTION_CHARS = 160  # goes into results.tsv and the commit subject
+
+# The kinds of mistake a tool reports; the researcher counts each.
+ERROR_KINDS = (
+    "bad_input", "unknown_tool", "outside_target", "edit_not_found", "edit_not_unique",
+    "syntax_error", "no_change", "bad_submission", "bad_prediction", "unavailable",
+)
+
+
+class ToolError(Exception):
+    """A tool call that cannot be carried out; answered to the model as an error."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        assert kind in ERROR_KINDS, kind
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Submission:
+    """A validated call to `submit`: the draft plus its pre-registered prediction."""
+
+    source: str
+    description: str
+    hypothesis: str
+    prediction: Prediction
+    hypothesis_id: str | None
+
+
+_PATH = {"type": "string", "description": "repository-relative path, e.g. train/train.py"}
+
+TOOLS: list[dict[str, Any]] = [
+    {
+        "name": "read_file",
+        "description": (
+            "Read the current draft of the target file or a protected (read-only) file. Lines "
+            "come back numbered as '<n>\\t<text>'; the numbers are not part of the file."
+        ),
+        "input_schema": {
+            "type": "object",
+            "properties": {
+                "path": _PATH,
+                "start_line": {"type": "integer", "description": "first line, 1-based"},
+                "end_line": {"type": "integer", "description": "last line, inclusive"},
+            },
+            "required": ["path"],
+        },
+    },
+    {
+        "name": "edit_file",
+        "description": (
+            "Replace one exact, unique occurrence of old_string with new_string in the target "
+            "file's draft. old_string must match the file byte for byte (whitespace included) "
+            "and occur exactly once; include surrounding lines to make it unique. The result "
+            "must still parse as Python, otherwise the edit is not applied."
+        ),
+        "input_schema": {
+            "type": "object",
+            "properties": {
+                "path": _PATH,
+                "old_string": {"type": "string"},
+                "new_string": {"type": "string"},
+            },
+            "required": ["path", "old_string", "new_string"],
+        },
+    },
+    {
+        "name": "write_file",
+        "description": "Replace the whole draft of the target file with content (must parse).",
+        "input_schema": {
+            "type": "object",
+            "properties": {"path": _PATH, "content": {"type": "string"}},
+            "required": ["path", "content"],
+        },
+    },
+    {
+        "name": "show_draft_diff",
+        "description": "Show the unified diff of the current draft against the incumbent.",
+        "input_schema": {"type": "object", "properties": {}},
+    },
+    {
+        "name": "show_experiment",
+        "description": (
+            "Show the diff and the log tail of one past experiment, by the id the ledger "
+            "summary gives it."
+        ),
+        "input_schema": {
+            "type": "object",
+            "properties": {"experiment_id": {"type": "string"}},
+            "required": ["experiment_id"],
+        },
+    },
+    {
+        "name": "submit",
+        "description": (
+            "Submit the current draft as this experiment, with a prediction registered before "
+            "the run. Deltas are candidate minus incumbent in metric units (for a minimised "
+            "metric an improvement is negative). confidence is the probability you give to "
+            "the measured delta falling inside interval."
+        ),
+        "input_schema": {
+            "type": "object",
+            "properties": {
+                "description": {"type": "string", "description": "one line, <= 160 chars"},
+                "hypothesis": {"type": "string", "description": "why this should change the metric"},
+                "hypothesis_id": {
+                    "type": "string",
+                    "description": "id of the queued hypothesis this tests, if any",
+                },
+                "prediction": {
+                    "type": "object",
+                    "properties": {
+                        "direction": {"type": "string", "enum": ["improve", "worsen", "same"]},
+                        "expected_delta": {"type": "number"},
+                        "interval": {
+                            "type": "array", "items": {"type": "number"},
+                            "minItems": 2, "maxItems": 2,
+                            "description": "[lo, hi] with lo < hi, containing expected_delta",
+                        },
+                        "confidence": {"type": "number", "description": "in (0, 1), e.g. 0.8"},
+                        "rationale": {"type": "string"},
+                    },
+                    "required": ["direction", "expected_delta", "interval", "confidence", "rationale"],
+                },
+            },
+            "required": ["description", "hypothesis", "prediction"],
+        },
+    },
+]
+
+TOOL_NAMES = tuple(tool["name"] for tool in TOOLS)
+
+
+def _number(value: Any) -> float | None:
+    """A finite float from a JSON number or numeric string; None when it is not one."""
+    if isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def parse_prediction(raw: Any, metric_direction: str) -> tuple[Prediction | None, list[str]]:
+    """Validate a raw prediction. Returns (prediction, []) or (None, every problem found).
+
+    Usable means: a known direction; finite expected_delta inside a finite interval lo < hi;
+    confidence strictly between 0 and 1; a rationale; and a sign that agrees with the
+    direction for this metric (improve is negative when minimising, positive when
+    maximising; `same` needs an interval that contains 0).
+    """
+    if isinstance(raw, str):  # models sometimes send the nested object as a JSON string
+        try:
+            raw = json.loads(raw)
+        except ValueError:
+            pass
+    if not isinstance(raw, dict):
+        return None, ["prediction is missing; it must be an object with direction, "
+                      "expected_delta, interval, confidence and rationale"]
+    problems: list[str] = []
+    direction = raw.get("direction")
+    if direction not in ("improve", "worsen", "same"):
+        problems.append(f"prediction.direction must be improve, worsen or same, got {direction!r}")
+    delta = _number(raw.get("expected_delta"))
+    if delta is None:
+        problems.append(f"prediction.expected_delta must be a finite number, got {raw.get('expected_delta')!r}")
+    interval = raw.get("interval")
+    lo = hi = None
+    if isinstance(interval, str):
+        try:
+            interval = json.loads(interval)
+        except ValueError:
+            pass
+    if isinstance(interval, (list, tuple)) and len(interval) == 2:
+        lo, hi = _number(interval[0]), _number(interval[1])
+    if lo is None or hi is None or not lo < hi:
+        problems.append(f"prediction.interval must be [lo, hi] of finite numbers with lo < hi, got {interval!r}")
+        lo = hi = None
+    confidence = _number(raw.get("confidence"))
+    if confidence is None or not 0.0 < confidence < 1.0:
+        problems.append(f"prediction.confidence must be a number strictly between 0 and 1, got {raw.get('confidence')!r}")
+    rationale = raw.get("rationale")
+    if not isinstance(rationale, str) or not rationale.strip():
+        problems.append("prediction.rationale must be a non-empty string")
+    if delta is not None and lo is not None and not lo <= delta <= hi:
+        problems.append(f"prediction.expected_delta {delta} lies outside its interval [{lo}, {hi}]")
+    if delta is not None and direction in ("improve", "worsen"):
+        better = delta < 0 if metric_direction == "minimize" else delta > 0
+        if (direction == "improve") != better or delta == 0:
+            sign = "negative" if (direction == "improve") == (metric_direction == "minimize") else "positive"
+            problems.append(
+                f"prediction.direction {direction!r} needs a {sign} expected_delta for a metric "
+                f"to {metric_direction} (delta = candidate - incumbent), got {delta}"
+            )
+    if direction == "same" and lo is not None and not lo <= 0.0 <= hi:
+        problems.append(f"prediction.direction 'same' needs an interval containing 0, got [{lo}, {hi}]")
+    if problems:
+        return None, problems
+    return Prediction(
+        direction=direction, expected_delta=delta, interval=(lo, hi),
+        confidence=confidence, rationale=rationale.strip(),
+    ), []
+
+
+def _clip(text: str, limit: int) -> str:
+    """Keep the head and the tail of `text` within `limit` characters."""
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]}\n[... {len(text) - 2 * half} characters left out ...]\n{text[-half:]}"
+
+
+def _numbered(text: str, start: int = 1) -> str:
+    return "\n".join(f"{n}\t{line}" for n, line in enumerate(text.splitlines(), start))
+
+
+class Workbench:
+    """The draft of the target plus read-only protected files, for one proposal."""
+
+    def __init__(
+        self,
+        target: str,
+        incumbent_source: str,
+        protected: Mapping[str, str],
+        metric_direction: str,
+        hypothesis_ids: tuple[str, ...] = (),
+        experiment_detail: Callable[[str], str] | None = None,
+    ) -> None:
+        self.target = posixpath.normpath(target)
+        self.incumbent = incumbent_source
+        self.draft = incumbent_source
+        self.protected = {posixpath.normpath(p): s for p, s in protected.items()}
+        self.metric_direction = metric_direction
+        self.hypothesis_ids = hypothesis_ids
+        self.experiment_detail = experiment_detail
+
+    # ---- dispatch -------------------------------------------------------------------------
+    def execute(self, name: str, tool_input: Any) -> str | Submission:
+        """Run one tool call. Returns the text answer, or a Submission for a valid submit."""
+        handler = getattr(self, f"_tool_{name}", None) if name in TOOL_NAMES else None
+        if handler is None:
+            raise ToolError("unknown_tool", f"unknown tool {name!r}; the tools are {', '.join(TOOL_NAMES)}")
+        if not isinstance(tool_input, dict):
+            raise ToolError("bad_input", f"{name} input must be a JSON object, got {type(tool_input).__name__}")
+        return handler(tool_input)
+
+    # ---- helpers --------------------------------------------------------------------------
+    @staticmethod
+    def _string(tool_input: dict, field: str, name: str, *, allow_empty: bool = True) -> str:
+        value = tool_input.get(field)
+        if not isinstance(value, str) or (not allow_empty and not value):
+            raise ToolError("bad_input", f"{name}: field {field!r} must be a{'' if allow_empty else ' non-empty'} string, got {value!r:.80}")
+        return value
+
+    def _path(self, tool_input: dict, name: str) -> str:
+        raw = self._string(tool_input, "path", name, allow_empty=False)
+        path = posixpath.normpath(raw.removeprefix("./"))
+        if path.startswith("/") or path.startswith(".."):
+            raise ToolError("outside_target", f"{name}: {raw!r} is outside the repository; use repository-relative paths")
+        return path
+
+    def _editable(self, tool_input: dict, name: str) -> str:
+        path = self._path(tool_input, name)
+        if path != self.target:
+            raise ToolError(
+                "outside_target",
+                f"{name}: {path} may not be changed; the only file you may edit is {self.target}",
+            )
+        return path
+
+    def _check_parses(self, source: str, name: str) -> None:
+        if not self.target.endswith(".py"):
+            return
+        try:
+            ast.parse(source, filename=self.target)
+        except SyntaxError as err:
+            raise ToolError(
+                "syntax_error",
+                f"{name}: the edit was NOT applied because {self.target} would not parse: "
+                f"{err.msg} at line {err.lineno}, column {err.offset}. Fix the new text, or "
+                f"make related changes in one edit.",
+            ) from None
+
+    def _change_summary(self) -> str:
+        diff = difflib.unified_diff(self.incumbent.splitlines(), self.draft.splitlines(), lineterm="")
+        added = removed = 0
+        for line in diff:
+            if line.startswith("+") and not line.startswith("+++"):
+                added += 1
+            elif line.startswith("-") and not line.startswith("---"):
+                removed += 1
+        return f"the draft differs from the incumbent by +{added} -{removed} lines"
+
+    # ---- tools ----------------------------------------------------------------------------
+    def _tool_read_file(self, tool_input: dict) -> str:
+        path = self._path(tool_input, "read_file")
+        if path == self.target:
+            text = self.draft
+        elif path in self.protected:
+            text = self.protected[path]
+        else:
+            readable = ", ".join([self.target, *sorted(self.protected)])
+            raise ToolError("outside_target", f"read_file: {path} is not readable; readable files: {readable}")
+        lines = text.splitlines()
+        start, end = tool_input.get("start_line", 1), tool_input.get("end_line", len(lines))
+        if not isinstance(start, int) or not isinstance(end, int) or isinstance(start, bool) or isinstance(end, bool):
+            raise ToolError("bad_input", "read_file: start_line and end_line must be integers")
+        start, end = max(1, start), min(len(lines), end)
+        body = _numbered("\n".join(lines[start - 1:end]), start)
+        if len(body) > MAX_READ_CHARS:
+            body = body[:MAX_READ_CHARS] + "\n[... cut; read a smaller range with start_line/end_line ...]"
+        return f"{path} lines {start}-{end} of {len(lines)}:\n{body}"
+
+    def _tool_edit_file(self, tool_input: dict) -> str:
+        self._editable(tool_input, "edit_file")
+        old = self._string(tool_input, "old_string", "edit_file", allow_empty=False)
+        new = self._string(tool_input, "new_string", "edit_file")
+        if old == new:
+            raise ToolError("bad_input", "edit_file: old_string and new_string are identical; nothing to change")
+        count = self.draft.count(old)
+        if count == 0:
+            raise ToolError(
+                "edit_not_found",
+                f"edit_file: old_string was not found in {self.target}; it must match the "
+                f"current draft exactly (read_file shows it; line numbers are not part of it)",
+            )
+        if count > 1:
+            raise ToolError(
+                "edit_not_unique",
+                f"edit_file: old_string occurs {count} times in {self.target}; include more "
+                f"surrounding lines so it occurs exactly once",
+            )
+        at = self.draft.index(old)
+        candidate = self.draft[:at] + new + self.draft[at + len(old):]
+        self._check_parses(candidate, "edit_file")
+        self.draft = candidate
+        first = self.draft.count("\n", 0, at) + 1
+        return f"edited {self.target} at line {first}; {self._change_summary()}"
+
+    def _tool_write_file(self, tool_input: dict) -> str:
+        self._editable(tool_input, "write_file")
+        content = self._string(tool_input, "content", "write_file", allow_empty=False)
+        self._check_parses(content, "write_file")
+        self.draft = content
+        return f"wrote {self.target} ({len(content.splitlines())} lines); {self._change_summary()}"
+
+    def _tool_show_draft_diff(self, tool_input: dict) -> str:
+        diff = "\n".join(difflib.unified_diff(
+            self.incumbent.splitlines(), self.draft.splitlines(),
+            f"a/{self.target}", f"b/{self.target}", lineterm="",
+        ))
+        return _clip(diff, MAX_READ_CHARS) if diff else "the draft is identical to the incumbent"
+
+    def _tool_show_experiment(self, tool_input: dict) -> str:
+        experiment_id = self._string(tool_input, "experiment_id", "show_experiment", allow_empty=False)
+        if self.experiment_detail is None:
+            raise ToolError("unavailable", "show_experiment is not available in this run; use the ledger summary")
+        try:
+            detail = self.experiment_detail(experiment_id)
+        except (KeyError, LookupError, ValueError, OSError) as err:
+            raise ToolError("bad_input", f"show_experiment: no experiment {experiment_id!r} ({err})") from None
+        return _clip(detail, MAX_DETAIL_CHARS)
+
+    def _tool_submit(self, tool_input: dict) -> Submission:
+        problems: list[str] = []
+        if self.draft == self.incumbent:
+            raise ToolError("no_change", "submit: the draft is identical to the incumbent; edit the target first")
+        description = tool_input.get("description")
+        if not isinstance(description, str) or not description.strip():
+            problems.append("description must be a non-empty one-line string")
+        elif "\n" in description.strip() or len(description.strip()) > MAX_DESCRIPTION_CHARS:
+            problems.append(f"description must be one line of at most {MAX_DESCRIPTION_CHARS} characters")
+        hypothesis = tool_input.get("hypothesis")
+        if not isinstance(hypothesis, str) or not hypothesis.strip():
+            problems.append("hypothesis must be a non-empty string")
+        hypothesis_id = tool_input.get("hypothesis_id") or None
+        if hypothesis_id is not None and hypothesis_id not in self.hypothesis_ids:
+            known = ", ".join(self.hypothesis_ids) or "none are queued"
+            problems.append(f"hypothesis_id {hypothesis_id!r} is not a queued hypothesis ({known})")
+        prediction, prediction_problems = parse_prediction(tool_input.get("prediction"), self.metric_direction)
+        problems += prediction_problems
+        if problems:
+            kind = "bad_prediction" if prediction_problems else "bad_submission"
+            raise ToolError(kind, "submit was not accepted:\n- " + "\n- ".join(problems))
+        assert prediction is not None
+        return Submission(
+            source=self.draft, description=description.strip(), hypothesis=hypothesis.strip(),
+            prediction=prediction, hypothesis_id=hypothesis_id,
+        )
