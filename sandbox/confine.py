@@ -33,6 +33,7 @@ import sys
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+_PROC_KNOBS = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus")
 _FLAG_OPTIONS = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC}
 
 
@@ -62,10 +63,16 @@ def make_read_only(writable: list[str]) -> None:
     for folder in writable:
         _mount(libc, folder, folder, None, MS_BIND | MS_REC)
     keep_writable = {os.path.realpath(folder) for folder in writable}
+    # /proc is this namespace's own and CUDA fails (error 304) when it is read-only, so
+    # only its host-wide knobs become read-only, as Docker does: uid 0 without
+    # capabilities may still write /proc/sys files it owns.
+    for knob in _PROC_KNOBS:
+        if os.path.exists(knob):
+            _mount(libc, knob, knob, None, MS_BIND | MS_REC)
     for point, keep in _mountpoints():
-        if point in keep_writable:
+        if point in keep_writable or point == "/proc":
             continue
-        try:  # /proc and /sys too: uid 0 without capabilities may still write /proc/sys
+        try:
             _mount(libc, None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | keep)
         except OSError as exc:
             if point == "/":
