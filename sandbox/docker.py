@@ -9,6 +9,9 @@ What a run gets (see docs/sandbox.md for what this does and does not guarantee):
   when `limits.gpu` is set;
 - only the protocol's variables plus PATH/HOME/locale: nothing of the harness's environment.
 
+On Ctrl-C the container is killed and removed, and the KeyboardInterrupt re-raised with
+the INTERRUPTED RunResult attached as `exc.run_result` (as LocalRunner does).
+
 The harness enforces the deadline from outside (SIGKILL to the container), reads OOM from
 the engine (`State.OOMKilled`), streams output to a capped log next to out_dir
 (`<run dir>/run.log`), samples peak memory from the engine's cgroup stats, and always
@@ -136,7 +139,7 @@ class DockerRunner(Runner):
         user = self._prepare_out(spec.out_dir)
         log = CappedLog(spec.out_dir.parent / "run.log", spec.log_cap_bytes, on_output)
         started_at, t0 = utc_now(), time.monotonic()
-        container, reader, timed_out, peak, state = None, None, False, None, {}
+        container, reader, timed_out, peak, state, interrupted = None, None, False, None, {}, None
         try:
             container = client.containers.create(
                 image.id, ["/bin/sh", "-c", spec.command], name=f"nightshift-{run_label}",
@@ -149,9 +152,9 @@ class DockerRunner(Runner):
             reader.start()
             _start(container)
             t0 = time.monotonic()
-            timed_out, peak = self._wait(client, container, spec.deadline_s, t0)
+            timed_out, peak, interrupted = self._wait(client, container, spec.deadline_s, t0)
             duration = time.monotonic() - t0
-            reader.join(LOG_DRAIN_S)
+            reader.join(1.0 if interrupted else LOG_DRAIN_S)
             container.reload()
             state = container.attrs.get("State", {})
         finally:
@@ -165,8 +168,8 @@ class DockerRunner(Runner):
         exit_code = state.get("ExitCode")
         status, metric, metrics, reason = classify(
             exit_code=exit_code, timed_out=timed_out, oom_killed=bool(state.get("OOMKilled")),
-            interrupted=False, out_dir=spec.out_dir, log_tail=tail, metric=spec.metric)
-        return RunResult(
+            interrupted=interrupted is not None, out_dir=spec.out_dir, log_tail=tail, metric=spec.metric)
+        result = RunResult(
             status=status, exit_code=exit_code, metric=metric, metrics=metrics,
             duration_s=round(duration, 3), peak_memory_mb=peak, log_path=log.path, log_tail=tail,
             backend=self.name, started_at=started_at, ended_at=utc_now(), reason=reason,
@@ -181,24 +184,34 @@ class DockerRunner(Runner):
                 "log_bytes": log.total_bytes, "log_elided_bytes": log.elided_bytes,
                 "peak_memory": "cgroup memory max_usage, sampled every 0.5 s" if peak is not None else None,
             })
+        if interrupted is not None:   # as LocalRunner: the loop records the attached result
+            interrupted.run_result = result  # type: ignore[attr-defined]
+            raise interrupted
+        return result
 
-    def _wait(self, client: Any, container: Any, deadline_s: float, t0: float) -> tuple[bool, float | None]:
-        """Block until the container exits or the deadline passes (then SIGKILL it).
-        Returns (timed_out, peak memory in MB or None)."""
+    def _wait(self, client: Any, container: Any, deadline_s: float, t0: float
+              ) -> tuple[bool, float | None, KeyboardInterrupt | None]:
+        """Block until the container exits, the deadline passes or the harness is interrupted
+        (then SIGKILL it). Returns (timed_out, peak memory in MB or None, the interrupt)."""
         peak_bytes = 0
-        while True:
-            peak_bytes = max(peak_bytes, _memory_peak(client, container.id))
-            remaining = deadline_s - (time.monotonic() - t0)
-            if remaining <= 0:
-                _kill(container)
-                _wait_exit(container, self.kill_wait_s)
-                return True, _mb(peak_bytes)
-            try:
-                container.wait(timeout=min(remaining, STATS_POLL_S))
-                return False, _mb(peak_bytes)
-            except Exception as exc:   # the SDK raises the transport's timeout errors
-                if not _is_timeout(exc):
-                    raise
+        try:
+            while True:
+                peak_bytes = max(peak_bytes, _memory_peak(client, container.id))
+                remaining = deadline_s - (time.monotonic() - t0)
+                if remaining <= 0:
+                    _kill(container)
+                    _wait_exit(container, self.kill_wait_s)
+                    return True, _mb(peak_bytes), None
+                try:
+                    container.wait(timeout=min(remaining, STATS_POLL_S))
+                    return False, _mb(peak_bytes), None
+                except Exception as exc:   # the SDK raises the transport's timeout errors
+                    if not _is_timeout(exc):
+                        raise
+        except KeyboardInterrupt as exc:
+            _kill(container)
+            _wait_exit(container, self.kill_wait_s)
+            return False, _mb(peak_bytes), exc
 
     def _prepare_out(self, out_dir: Path) -> str:
         """The user the container runs as, with out_dir made writable for it. Never root:

@@ -35,6 +35,8 @@ def client():
     try:
         client = connect(timeout_s=3)
     except SandboxUnavailable as exc:
+        if os.environ.get("NIGHTSHIFT_REQUIRE_DOCKER"):   # CI started an engine: its absence is a bug
+            pytest.fail(f"NIGHTSHIFT_REQUIRE_DOCKER is set but {exc}")
         pytest.skip(f"no Docker engine answers (start one: sudo .ci/dockerd.sh start): {exc}")
     from sandbox.image import build_host_image
 
@@ -265,9 +267,10 @@ def test_ctrl_c_removes_the_container_and_reraises(runner, make_spec):
     spec = make_spec("import time; time.sleep(600)", budget_s=600)
     timer = threading.Timer(2.0, lambda: os.kill(os.getpid(), signal.SIGINT))
     timer.start()
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(KeyboardInterrupt) as caught:
         runner.run(spec)
     timer.cancel()
+    assert caught.value.run_result.status is Status.INTERRUPTED
     assert_next_run_is_normal(runner, make_spec)
 
 
