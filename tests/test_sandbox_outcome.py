@@ -1,0 +1,76 @@
+"""classify and CappedLog: the outcome rules every backend shares."""
+from __future__ import annotations
+
+import pytest
+
+from sandbox.outcome import CappedLog, classify
+from sandbox.protocol import Status
+
+
+def judge(tmp_path, *, exit_code=0, log="", result=None, **flags):
+    if result is not None:
+        (tmp_path / "result.json").write_bytes(result)
+    args = dict(timed_out=False, oom_killed=False, interrupted=False) | flags
+    return classify(exit_code=exit_code, out_dir=tmp_path, log_tail=log, metric="val_bpb", **args)
+
+
+def test_precedence_interrupted_timeout_oom_crash(tmp_path):
+    assert judge(tmp_path, exit_code=-9, interrupted=True, timed_out=True)[0] == Status.INTERRUPTED
+    assert judge(tmp_path, exit_code=-9, timed_out=True, oom_killed=True)[0] == Status.TIMEOUT
+    assert judge(tmp_path, exit_code=-9, oom_killed=True)[0] == Status.OOM
+    assert judge(tmp_path, exit_code=1, log="x\nMemoryError")[0] == Status.OOM
+    assert judge(tmp_path, exit_code=1, log="torch.OutOfMemoryError: CUDA out of memory.")[0] == Status.OOM
+
+
+def test_crash_reason_names_signal_and_last_error(tmp_path):
+    status, _, _, reason = judge(tmp_path, exit_code=-11, log="Traceback\nKeyError: 'x'\nbye")
+    assert status == Status.CRASH and "SIGSEGV" in reason and "KeyError: 'x'" in reason
+    assert "exit code 137 (SIGKILL?)" in judge(tmp_path, exit_code=137)[3]
+
+
+@pytest.mark.parametrize("raw, log, expected", [
+    (b'{"val_bpb": 0.9}', "", (Status.OK, 0.9)),
+    (b"not json", "---\nval_bpb: 0.8", (Status.OK, 0.8)),
+    (b"[0.9]", "", (Status.NO_METRIC, None)),
+    (None, "step: 3\nval_bpb: 0.7", (Status.OK, 0.7)),          # no --- : numbers only
+    (None, "ValueError: boom", (Status.NO_METRIC, None)),
+    (b'{"val_bpb": NaN}', "", (Status.BAD_METRIC, None)),
+    (b'{"val_bpb": "fast"}', "", (Status.BAD_METRIC, None)),
+    (b'{"val_bpb": true}', "", (Status.BAD_METRIC, None)),
+    (None, "---\nval_bpb: inf", (Status.BAD_METRIC, None)),
+])
+def test_metric_sources_and_validity(tmp_path, raw, log, expected):
+    status, value, _, _ = judge(tmp_path, log=log, result=raw)
+    assert (status, value) == expected
+
+
+def test_result_json_that_is_a_fifo_or_huge_is_ignored(tmp_path):
+    import os
+    os.mkfifo(tmp_path / "result.json")   # reading it would block forever
+    assert judge(tmp_path, log="---\nval_bpb: 1")[:2] == (Status.OK, 1.0)
+    os.remove(tmp_path / "result.json")
+    assert judge(tmp_path, result=b'{"val_bpb": 1, "pad": "' + b"x" * 2_000_000 + b'"}')[0] == Status.NO_METRIC
+
+
+def test_capped_log_keeps_head_and_tail_with_marker(tmp_path):
+    lines: list[str] = []
+    log = CappedLog(tmp_path / "log.txt", 1000, lines.append)
+    for i in range(1000):
+        log.write(f"line {i:04d}\n".encode())
+    log.write(b"\xff end")
+    log.close()
+    text = (tmp_path / "log.txt").read_text(errors="replace")
+    assert text.startswith("line 0000\n") and text.endswith("line 0999\n\ufffd end")
+    assert f"[... {log.total_bytes - 1000} bytes elided ...]" in text
+    assert len(lines) == 1001 and lines[-1] == "\ufffd end"
+    assert log.tail(2) == "line 0999\n\ufffd end"
+
+
+def test_capped_log_survives_a_callback_that_raises(tmp_path):
+    def broken(_line: str) -> None:
+        raise RuntimeError("display bug")
+
+    log = CappedLog(tmp_path / "log.txt", 1000, broken)
+    log.write(b"a\nb\n")
+    log.close()
+    assert isinstance(log.callback_error, RuntimeError) and log.tail() == "a\nb"
