@@ -9,14 +9,13 @@ What a run gets (see docs/sandbox.md for what this does and does not guarantee):
   when `limits.gpu` is set;
 - only the protocol's variables plus PATH/HOME/locale: nothing of the harness's environment.
 
-On Ctrl-C the container is killed and removed, and the KeyboardInterrupt re-raised with
-the INTERRUPTED RunResult attached as `exc.run_result` (as LocalRunner does).
-
 The harness enforces the deadline from outside (SIGKILL to the container), reads OOM from
 the engine (`State.OOMKilled`), streams output to a capped log next to out_dir
-(`<run dir>/run.log`), samples peak memory from the engine's cgroup stats, and always
-removes the container. Containers carry the label `nightshift.run=<id>` plus the
-harness's host and pid, so a later runner removes what a killed harness left behind.
+(`<run dir>/log.txt`, as LocalRunner), samples peak memory from the engine's cgroup
+stats, and always removes the container. On Ctrl-C the container is killed and removed
+and the KeyboardInterrupt re-raised with the INTERRUPTED RunResult attached as
+`exc.run_result` (as LocalRunner does). Containers carry the label `nightshift.run=<id>`
+plus the harness's host and pid, so a later runner removes what a killed harness left.
 """
 from __future__ import annotations
 
@@ -137,7 +136,7 @@ class DockerRunner(Runner):
         mode = image_mode(image.labels)
         run_label = uuid.uuid4().hex[:12]
         user = self._prepare_out(spec.out_dir)
-        log = CappedLog(spec.out_dir.parent / "run.log", spec.log_cap_bytes, on_output)
+        log = CappedLog(spec.out_dir.parent / "log.txt", spec.log_cap_bytes, on_output)
         started_at, t0 = utc_now(), time.monotonic()
         container, reader, timed_out, peak, state, interrupted = None, None, False, None, {}, None
         try:
@@ -353,14 +352,18 @@ def _remove(container: Any) -> None:
 
 
 def _harness_alive(host: str | None, pid: str | None) -> bool:
-    if host != socket.gethostname() or not (pid or "").isdigit():
-        return host is not None and host != socket.gethostname()   # another host's: not ours to judge
+    """Whether the harness that labelled a container may still be running. Another host's
+    harness (a shared engine) is presumed alive: we cannot see its processes."""
+    if host != socket.gethostname():
+        return host is not None
+    if not (pid or "").isdigit():
+        return False
     try:
         os.kill(int(pid), 0)
         return True
     except ProcessLookupError:
         return False
-    except PermissionError:
+    except PermissionError:   # alive, another user's
         return True
 
 
