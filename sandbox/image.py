@@ -182,9 +182,15 @@ def build_rootfs_image(client: Any, rootfs: Path, tag: str = DEFAULT_TAG) -> str
 
 def build_dockerfile_image(client: Any, tag: str = DEFAULT_TAG, base: str | None = None) -> str:
     """`docker build` from sandbox/Dockerfile (pulls the CUDA PyTorch base); returns its id."""
+    import docker
+
     buildargs = {"BASE": base} if base else None
-    image, log = client.images.build(path=str(DOCKERFILE.parent), dockerfile=DOCKERFILE.name,
-                                     tag=tag, buildargs=buildargs, rm=True)
+    try:
+        image, log = client.images.build(path=str(DOCKERFILE.parent), dockerfile=DOCKERFILE.name,
+                                         tag=tag, buildargs=buildargs, rm=True)
+    except docker.errors.BuildError as exc:
+        raise ImageError(f"docker build of {DOCKERFILE} failed ({exc.msg}); without a registry "
+                         f"for the base image, use: python -m sandbox.image build --mode host") from exc
     for chunk in log:
         if "stream" in chunk:
             sys.stderr.write(chunk["stream"])

@@ -321,3 +321,17 @@ def test_auto_picks_docker_when_the_engine_answers(client):
     assert runner.name == "docker" and why.startswith("docker (engine ")
     with pytest.raises(SandboxUnavailable, match="sandbox.image build"):
         make_runner("docker", image="nightshift:no-such-tag")
+
+
+def test_host_mode_refuses_a_python_prefix_the_sandbox_user_cannot_read(tmp_path):
+    from sandbox.image import LABEL_MODE, LABEL_PREFIXES, ImageError, runtime_mounts
+
+    prefix = tmp_path / "python"
+    (prefix / "bin").mkdir(parents=True)
+    prefix.chmod(0o700)
+    labels = {LABEL_MODE: "host", LABEL_PREFIXES: json.dumps([str(prefix)])}
+    with pytest.raises(ImageError, match="chmod -R o\\+rX"):
+        runtime_mounts(labels)
+    prefix.chmod(0o755)
+    assert runtime_mounts(labels)[-1].target == str(prefix)
+    assert runtime_mounts({LABEL_MODE: "dockerfile"}) == []
