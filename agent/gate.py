@@ -111,7 +111,8 @@ def _digest(path: Path) -> str:
     if stat.S_ISDIR(mode):
         for current, dirs, files in os.walk(path):
             dirs.sort()
-            for name in sorted(files + [d for d in dirs if os.path.islink(os.path.join(current, d))]):
+            linked = [d for d in dirs if os.path.islink(os.path.join(current, d))]
+            for name in sorted(files + linked):
                 full = os.path.join(current, name)
                 rel = os.path.relpath(full, path).replace(os.sep, "/")
                 hasher.update(f"{rel}\0{_digest(Path(full))}\0".encode())

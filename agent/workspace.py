@@ -260,18 +260,19 @@ class Workspace:
         """Export the tree of commit `sha` into `dest` (absent or empty) and make it read-only.
 
         Files become 0444 (0555 if executable in git), folders 0555. The export is a checkout
-        through a throw-away index, so it matches the commit exactly: no uncommitted worktree
-        edits, and unlike `git archive` no `export-ignore`/`export-subst` rewriting.
+        through a throw-away index (`read-tree -u`), so it matches the commit exactly: no
+        uncommitted worktree edits, and unlike `git archive` no export-ignore/export-subst.
         """
         sha, dest = self.resolve(sha), Path(dest).absolute()
         if _is_nonempty(dest):
             raise WorkspaceError(f"snapshot folder {dest} is not empty; pick a new folder")
         dest.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix="nightshift-index-") as tmp:
-            env = {"GIT_INDEX_FILE": os.path.join(tmp, "index")}  # never the user's index
-            _git(self._main, "read-tree", sha, env=env)
-            _git(self._main, "checkout-index", "--all", "--force", f"--prefix={dest}{os.sep}",
-                 env=env)
+            # One process: read the tree into a private index (never the user's) and check it
+            # out into dest; sparse checkout off, or a sparse user repo would export a part.
+            _git(self._main, "read-tree", "-u", "--reset", sha,
+                 options=("-c", "core.sparseCheckout=false", f"--work-tree={dest}"),
+                 env={"GIT_INDEX_FILE": os.path.join(tmp, "index")})
         _make_read_only(dest)
         return dest
 
@@ -290,7 +291,8 @@ class Workspace:
         if delete_branch:
             _git(self._main, "branch", "-D", "--quiet", self.branch)
             for ident in self.discarded_refs():
-                _git(self._main, "update-ref", "-d", f"refs/nightshift/{self.tag}/discarded/{ident}")
+                ref = f"refs/nightshift/{self.tag}/discarded/{ident}"
+                _git(self._main, "update-ref", "-d", ref)
         self._main.close()
 
 
@@ -314,11 +316,11 @@ def _open_repo(repo_root: Path) -> git.Repo:
     return repo
 
 
-def _git(repo: git.Repo, *args: str, env: Mapping[str, str] | None = None, raw: bool = False,
-         check: bool = True) -> Any:
-    """Run git in `repo`'s folder. Returns stdout (str, or bytes if `raw`; never stripped of
-    its final newline when raw, which gitpython otherwise does)."""
-    command = [git.Git.GIT_PYTHON_GIT_EXECUTABLE, *_GIT_OPTIONS, *args]
+def _git(repo: git.Repo, *args: str, options: tuple[str, ...] = (),
+         env: Mapping[str, str] | None = None, raw: bool = False, check: bool = True) -> Any:
+    """Run `git <options> <args>` in `repo`'s folder. Returns stdout (str, or bytes if `raw`;
+    never stripped of its final newline when raw, which gitpython otherwise does)."""
+    command = [git.Git.GIT_PYTHON_GIT_EXECUTABLE, *_GIT_OPTIONS, *options, *args]
     try:
         return repo.git.execute(command, env=dict(env or {}), stdout_as_string=not raw,
                                 strip_newline_in_stdout=not raw, with_exceptions=True)
@@ -331,8 +333,9 @@ def _git(repo: git.Repo, *args: str, env: Mapping[str, str] | None = None, raw: 
 
 
 def _rev(repo: git.Repo, rev: str) -> str | None:
-    out = _git(repo, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}",
-               check=False)
+    if not rev or rev.startswith("-"):  # never let a revision be read as an option
+        return None
+    out = _git(repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", check=False)
     return out.strip() or None
 
 

@@ -168,7 +168,8 @@ def test_commit_message_carries_the_hypothesis_and_nightshift_identity(repo: Pat
     body = git(repo, "log", "-1", "--format=%B", sha)
     assert "Hypothesis: faster convergence # in 60 s" in body
     assert "Prediction: improve, delta -0.01 in [-0.02, +0] at 80% confidence" in body
-    trailer = git(repo, "log", "-1", "--format=%(trailers:key=Nightshift-Experiment,valueonly)", sha)
+    trailer = git(repo, "log", "-1", "--format=%(trailers:key=Nightshift-Experiment,valueonly)",
+                  sha)
     assert trailer.strip() == "e0007"
 
 
