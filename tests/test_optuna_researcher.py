@@ -87,6 +87,10 @@ def test_observe_without_a_value_marks_the_trial_failed(tmp_path):
     trial = researcher.study.trials[p.extra["trial"]]
     assert trial.state == optuna.trial.TrialState.FAIL
     assert trial.user_attrs["verdict"] == "crash"
+    stranger = type(p)(source="", description="", hypothesis="", prediction=p.prediction,
+                       extra={"trial": 99})
+    researcher.observe(stranger, Outcome("e9", "discard", 0.0, 1.0))   # unknown trial: ignored
+    assert len(researcher.study.trials) == 1
 
 
 def test_trial_orphaned_by_a_restart_is_failed_then_recovered_when_observed(tmp_path):

@@ -107,7 +107,10 @@ class OptunaResearcher(Researcher):
         attrs = {"experiment_id": outcome.experiment_id, "verdict": outcome.verdict,
                  "measured_delta": outcome.measured_delta}
         trial = self._pending.pop(number, None)
-        frozen = self.study.get_trials(deepcopy=False)[number]
+        trials = self.study.get_trials(deepcopy=False)
+        if not isinstance(number, int) or not 0 <= number < len(trials):
+            return   # the study file was replaced since this proposal; nothing to tell
+        frozen = trials[number]
         if frozen.state == TrialState.RUNNING:
             if trial is not None:
                 for key, val in attrs.items():
@@ -120,8 +123,7 @@ class OptunaResearcher(Researcher):
             except (ValueError, RuntimeError):
                 pass   # finished meanwhile (another process resumed it): the first tell stands
             return
-        already = any(t.user_attrs.get("recovered_from_trial") == number
-                      for t in self.study.get_trials(deepcopy=False))
+        already = any(t.user_attrs.get("recovered_from_trial") == number for t in trials)
         if frozen.state == TrialState.FAIL and has_value and not already:
             # The trial was marked FAIL as an orphan when this researcher restarted while its
             # experiment was still in flight; the loop finished that experiment after all.
