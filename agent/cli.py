@@ -202,6 +202,10 @@ def _mean_sd(values: list[float]) -> str:
     return f"{statistics.fmean(values):.4f}{spread} (n={len(values)})"
 
 
+from agent.cli_report import register  # noqa: E402  (replay and report)
+register(app)
+
+
 def main() -> None:  # pragma: no cover - the console script calls `app`
     app()
 

@@ -16,6 +16,7 @@ Event kinds (field `event`):
   run_finished        run_id, commit, seed, role, experiment, status, metric, metrics, ...
   decision            id, commit, incumbent, verdict, decision{...}, score{...}
   loop_stopped        reason, exit_code
+  replay              kind ("run" | "commit" | "summary"), replay_id, ... (see agent/replay.py)
 """
 from __future__ import annotations
 
@@ -253,7 +254,8 @@ def write_tsv(state: LoopState, results_dir: Path, metric: str = "val_bpb") -> P
 
 
 def load(results_dir: str | Path) -> dict[str, "Any"]:
-    """Tidy pandas DataFrames of a tag: {"experiments", "runs", "decisions", "replays"}.
+    """Tidy pandas DataFrames of a tag: {"experiments", "runs", "decisions", "replays",
+    "replay_runs"}. Columns are documented in docs/ledger.md.
 
     experiments: one row per experiment (id, commit, parent, description, hypothesis,
       researcher, verdict, effect, ci_low, ci_high, p_value, n_seeds, candidate_mean,
@@ -297,7 +299,33 @@ def load(results_dir: str | Path) -> dict[str, "Any"]:
     return {
         "experiments": pd.DataFrame(rows),
         "runs": pd.DataFrame(run_rows),
-        "decisions": pd.DataFrame([{**d.get("decision", {}), "id": d["id"], "verdict": d["verdict"]}
+        "decisions": pd.DataFrame([{**(d.get("decision") or {}), "id": d["id"], "verdict": d["verdict"]}
                                    for d in state.decisions]),
-        "replays": pd.DataFrame(replays),
+        "replays": pd.DataFrame([_replay_row(e) for e in replays if e.get("kind") == "commit"]),
+        "replay_runs": pd.DataFrame([{k: e.get(k) for k in _REPLAY_RUN_COLUMNS}
+                                     for e in replays if e.get("kind") == "run"]),
+    }
+
+
+_REPLAY_RUN_COLUMNS = ("replay_id", "commit", "target_role", "experiment", "seed", "budget_s",
+                       "split", "status", "metric", "duration_s", "env_changed", "run_id", "time")
+
+
+def _replay_row(event: dict[str, Any]) -> dict[str, Any]:
+    """One replayed commit, flattened (see docs/ledger.md for the columns)."""
+    original = event.get("original") or {}
+    reproduce = event.get("reproduce") or {}
+    interval = reproduce.get("interval") or [None, None]
+    full = event.get("full_interval") or [None, None]
+    return {
+        **{k: event.get(k) for k in ("replay_id", "commit", "target_role", "experiment", "parent",
+                                     "budget_s", "split", "n_ok", "n_failed", "mean", "sd",
+                                     "proxy_effect", "full_effect", "full_effect_vs_base",
+                                     "env_changed", "time")},
+        "full_ci_low": full[0], "full_ci_high": full[1],
+        "original_mean": original.get("mean"), "original_n": original.get("n"),
+        "original_budget_s": original.get("budget_s"),
+        "reproduced": reproduce.get("reproduced"), "difference": reproduce.get("difference"),
+        "difference_ci_low": interval[0], "difference_ci_high": interval[1],
+        "env_diff": ", ".join(d["field"] for d in event.get("env_diff") or []),
     }
