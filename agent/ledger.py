@@ -210,6 +210,7 @@ def fold(events: Iterable[dict[str, Any]]) -> LoopState:
                 description=event.get("description", ""), hypothesis=event.get("hypothesis", ""),
                 prediction=event.get("prediction"), researcher=event.get("researcher", ""),
                 hypothesis_id=event.get("hypothesis_id"), invalid_reason=event["reason"],
+                extra={"diff": event.get("diff", "")},
             )
         elif kind == "run_started":
             started_runs[event["run_id"]] = event

@@ -11,7 +11,8 @@ from typing import Any
 
 from agent.data import prepare_data
 from agent.decision import DecisionRule, NoiseBandRule
-from agent.ledger import Ledger
+from agent.ledger import Ledger, fold
+from agent.summary import experiment_detail
 from agent.loop import ResearchLoop
 from agent.runs import RunExecutor, RunPlan
 from agent.workspace import Workspace
@@ -78,8 +79,11 @@ def build_session(program: Any, tag: str, *, researcher: str, sandbox: str, obse
     data = prepare_data(program.prepare, workspace.path, data_cache())
     runner, sandbox_why = make_runner(sandbox, image=program.image)
     name, researcher_why = resolve_researcher_name(researcher, os.environ)
+    def detail(experiment_id: str) -> str:
+        return experiment_detail(fold(ledger.events()), experiment_id, workspace.diff)
+
     chosen = make_researcher(name, state_dir=results / "researcher", program=program,
-                             script=script, seed=seed)
+                             script=script, seed=seed, experiment_detail=detail)
     rule = make_rule(program)
     limits = Limits(memory_mb=program.limits.memory_mb, pids=program.limits.pids,
                     cpus=program.limits.cpus, gpu=gpu_for_runs())

@@ -60,3 +60,22 @@ def ledger_summary(state: LoopState, metric: str, recent: int = 25) -> str:
                      f"intervals covered {cal['coverage']:.0%} at claimed "
                      f"{cal['claimed_confidence']:.0%} (n={cal['n']}).")
     return "\n".join(lines)
+
+
+def experiment_detail(state: LoopState, experiment_id: str, diff_of, max_log_chars: int = 3000) -> str:
+    """One experiment in full for a researcher that asks: its diff, decision and log tails.
+
+    `diff_of(commit)` returns the commit's patch against its parent (the workspace's diff)."""
+    experiment = state.experiments.get(experiment_id.strip())
+    if experiment is None:
+        known = ", ".join(list(state.experiments)[-5:]) or "none yet"
+        return f"no experiment {experiment_id!r}; recent ids: {known}"
+    parts = [_line(experiment), f"hypothesis: {experiment.hypothesis}"]
+    if experiment.prediction:
+        parts.append(f"prediction: {experiment.prediction}")
+    diff = diff_of(experiment.commit) if experiment.commit else experiment.extra.get("diff", "")
+    parts.append("diff:\n" + (diff or "(none)"))
+    for run in experiment.runs:
+        tail = (run.get("log_tail") or "")[-max_log_chars // max(1, len(experiment.runs)):]
+        parts.append(f"run seed {run['seed']} [{run['status']}] {run.get('reason', '')}\n{tail}")
+    return "\n".join(parts)

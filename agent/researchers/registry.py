@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from agent.researchers.base import Researcher, ResearcherError
 
@@ -30,9 +30,11 @@ def resolve_researcher_name(name: str, env: Mapping[str, str] | None = None) -> 
 
 
 def make_researcher(name: str, *, state_dir: Path, program: Any, script: Path | None = None,
-                    seed: int = 0, env: Mapping[str, str] | None = None) -> Researcher:
+                    seed: int = 0, env: Mapping[str, str] | None = None,
+                    experiment_detail: Callable[[str], str] | None = None) -> Researcher:
     """A ready researcher. `state_dir` holds what it must keep across restarts (created here).
-    Raises ResearcherError with the fix when it cannot be built."""
+    `experiment_detail(id)` returns one experiment's diff and log tail, for researchers that
+    can ask for it. Raises ResearcherError with the fix when it cannot be built."""
     resolved, _ = resolve_researcher_name(name, env)
     state_dir = Path(state_dir)
     state_dir.mkdir(parents=True, exist_ok=True)
@@ -53,4 +55,4 @@ def make_researcher(name: str, *, state_dir: Path, program: Any, script: Path | 
     except ImportError as exc:
         raise ResearcherError(f"the claude researcher is unavailable: {exc}; "
                               f"use --researcher optuna") from exc
-    return ClaudeResearcher(state_dir=state_dir, program=program)
+    return ClaudeResearcher(state_dir=state_dir, program=program, experiment_detail=experiment_detail)
