@@ -21,7 +21,7 @@ import re
 import shutil
 import stat
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Mapping
 
@@ -99,8 +99,8 @@ class Workspace:
     repo_root: Path        # the user's repository (git toplevel)
     tag: str
     path: Path             # the worktree root, where the branch is checked out
-    _main: git.Repo
-    _tree: git.Repo
+    _main: git.Repo = field(repr=False, compare=False)   # the user's repository
+    _tree: git.Repo = field(repr=False, compare=False)   # the worktree
 
     # ---- opening ----
 
