@@ -19,7 +19,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from agent.ledger import Ledger, fold, read_events, utc_now
+from agent.ledger import Ledger, fold, read_events
 
 app = typer.Typer(
     help="Nightshift: an autonomous ML research loop you can trust with your GPUs overnight.\n\n"
@@ -195,6 +195,66 @@ def _print_status(folder: Path, metric: str) -> None:
                       str(len(decision.get("seeds", []))), held, experiment.description[:50])
     if state.experiments:
         console.print(table)
+
+
+@app.command()
+def noise(
+    commit: Optional[str] = typer.Option(None, help="Commit (any git revision) to measure; "
+                                         "default: the tag's incumbent, or HEAD for a new tag."),
+    seeds: int = typer.Option(6, min=2, help="How many seeds to run it on."),
+    tag: Optional[str] = typer.Option(None, help="The loop whose noise estimate to extend "
+                                      "(default: today's tag)."),
+    budget: Optional[str] = typer.Option(None, help="Training budget per run (default: program.md's)."),
+    sandbox: Optional[str] = typer.Option(None, help="auto | local | docker."),
+    program: Path = ProgramOpt,
+) -> None:
+    """Measure seed-to-seed noise of a commit and suggest seeds and min_effect for program.md.
+
+    The runs are recorded in the tag's ledger (role "noise"): they sharpen the loop's pooled
+    noise estimate but never serve as an incumbent's reference."""
+    from agent.display import RichObserver
+    from agent.noise import suggest_settings
+    from agent.session import build_session, default_tag
+
+    prog = _load(program, {"budget": budget, "sandbox": sandbox})
+    tag = tag or default_tag()
+    try:
+        session = build_session(prog, tag, researcher="optuna", sandbox=prog.sandbox,
+                                observer=RichObserver(console, metric=prog.metric))
+    except (ValueError, RuntimeError) as error:
+        err.print(f"[red]error:[/red] {error}")
+        raise typer.Exit(EXIT_BAD_INPUT)
+    loop = session.loop
+    state = loop.state()
+    sha = loop.workspace.resolve(commit) if commit else (state.incumbent or loop.workspace.head())
+    console.print(f"measuring {sha[:8]} on {seeds} seeds of {prog.budget_s:g}s")
+    try:
+        for seed in range(NOISE_SEEDS, NOISE_SEEDS + seeds):
+            if seed not in state.ok_values(sha, role="noise"):
+                loop.measure(sha, seed, "noise", None, "noise measurement")
+    except KeyboardInterrupt:
+        raise typer.Exit(EXIT_INTERRUPTED)
+    state = loop.state()
+    values = list(state.ok_values(sha, role="noise").values())
+    if len(values) < 2:
+        err.print("[red]error:[/red] fewer than two runs succeeded; see the logs under "
+                  f"{session.results / 'runs'}")
+        raise typer.Exit(EXIT_LOOP)
+    console.print(f"{sha[:8]}: {prog.metric} {_mean_sd(values)}")
+    per_commit = {c: state.ok_values(c) for c in {r["commit"] for r in state.runs}}
+    per_commit = {c: v for c, v in per_commit.items() if len(v) >= 2}
+    advice = suggest_settings(per_commit, alpha=prog.alpha)
+    console.print(f"pooled seed noise: sd {advice['noise_sd']:.4f} ({advice['dof']} dof over "
+                  f"{len(per_commit)} commits); same-seed shared fraction {advice['seed_share']:.2f}")
+    plan = advice["seeds"]
+    console.print("suggested for program.md:")
+    console.print(f"  seeds: {{baseline: {plan['baseline']}, screen: {plan['screen']}, max: {plan['max']}}}")
+    console.print(f"  min_effect: {advice['min_effect']:.4f}")
+    for key, why in advice["reasons"].items():
+        console.print(f"  [dim]{key}: {why}[/dim]")
+
+
+NOISE_SEEDS = 900_000   # far from the decision rule's calibration and pairing seeds
 
 
 def _mean_sd(values: list[float]) -> str:

@@ -149,7 +149,7 @@ class ResearchLoop:
             for attempt in range(MAX_REFERENCE_RETRIES):
                 if seed in self.state().reference(incumbent):
                     break
-                run = self._run(incumbent, seed, "reference", None, "incumbent reference")
+                run = self.measure(incumbent, seed, "reference", None, "incumbent reference")
                 if run["status"] == "ok":
                     break
             else:
@@ -158,8 +158,9 @@ class ResearchLoop:
                     f"({run['status']}: {run.get('reason', '')}); the baseline must run before "
                     f"anything can be compared with it. Log: results/{self.tag}/{run.get('log')}")
 
-    def _run(self, commit: str, seed: int, role: str, experiment: str | None,
-             label: str) -> dict[str, Any]:
+    def measure(self, commit: str, seed: int, role: str, experiment: str | None,
+                label: str) -> dict[str, Any]:
+        """Run `commit` on `seed` in the sandbox, showing progress; returns the ledger event."""
         placeholder = {"commit": commit, "seed": seed, "role": role, "experiment": experiment}
         self.observer.run_started(placeholder, self.executor.plan.budget_s, label)
         run = self.executor.run(commit, seed, role, experiment, on_output=self.observer.output)
@@ -188,7 +189,7 @@ class ResearchLoop:
                 return True
             for seed in step.reference_seeds:
                 if seed not in evidence.reference:
-                    run = self._run(experiment.parent, seed, "reference", None, "incumbent reference")
+                    run = self.measure(experiment.parent, seed, "reference", None, "incumbent reference")
                     if run["status"] != "ok":
                         raise LoopError(f"the incumbent failed on seed {seed}: {run['status']}")
             for seed in step.candidate_seeds:
@@ -196,7 +197,7 @@ class ResearchLoop:
                     continue
                 if stop.time_is_up():
                     return False
-                run = self._run(experiment.commit, seed, "candidate", experiment.id,
+                run = self.measure(experiment.commit, seed, "candidate", experiment.id,
                                 experiment.description)
                 if run["status"] != "ok":
                     self._decide(experiment, run["status"], None,
