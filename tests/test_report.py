@@ -69,6 +69,12 @@ def experiment_count(tag_dir: Path) -> int:
     return len(build_context(tag_dir)["experiments"])
 
 
+@pytest.fixture(scope="module")
+def long_night(tmp_path_factory):
+    """500 synthetic experiments (written once for the module: it takes seconds)."""
+    return synthetic_night(tmp_path_factory.mktemp("long") / "long", experiments=500)
+
+
 def test_report_of_an_empty_tag_says_so(tmp_path):
     Ledger(tmp_path / "empty")
     written = write_report(tmp_path / "empty")
@@ -87,9 +93,8 @@ def test_report_of_crashes_only_lists_every_failure(tmp_path):
     assert page.count('class="point cross') == 6
 
 
-def test_long_report_escapes_researcher_text_and_keeps_diffs(tmp_path):
-    tag = synthetic_night(tmp_path / "long", experiments=500)
-    written = write_report(tag)
+def test_long_report_escapes_researcher_text_and_keeps_diffs(long_night, tmp_path):
+    written = write_report(long_night, out=tmp_path / "report.html")
     page = written.html.read_text()
     assert "<script>x</script>" not in page and "&lt;script&gt;x&lt;/script&gt;" in page
     assert "<b>&amp;</b>" not in page
@@ -102,14 +107,14 @@ def test_long_report_escapes_researcher_text_and_keeps_diffs(tmp_path):
 
 @needs_chromium
 @pytest.mark.parametrize("kind", ["empty", "crashes", "long"])
-def test_report_draws_in_headless_chromium_without_errors(tmp_path, kind):
-    tag = tmp_path / kind
+def test_report_draws_in_headless_chromium_without_errors(tmp_path, kind, long_night):
+    tag = long_night if kind == "long" else tmp_path / kind
     if kind == "empty":
         Ledger(tag)
-    else:
-        synthetic_night(tag, experiments=6 if kind == "crashes" else 500, crashes_only=kind == "crashes")
+    elif kind == "crashes":
+        synthetic_night(tag, experiments=6, crashes_only=True)
     n = experiment_count(tag)
-    seen = open_in_chromium(write_report(tag).html, tmp_path)
+    seen = open_in_chromium(write_report(tag, out=tmp_path / "report.html").html, tmp_path)
     assert seen["errors"] == []
     assert seen["resources"] == []                  # self-contained: nothing fetched
     assert seen["rows"] == n and seen["points"] == n
