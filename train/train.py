@@ -57,8 +57,7 @@ MAX_LOSS = 20.0             # a byte model starts at ln(256) = 5.5; far above th
 random.seed(SEED); np.random.seed(SEED); torch.manual_seed(SEED)
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 if DEVICE == "cuda":
-    torch.backends.cuda.matmul.allow_tf32 = True
-    torch.backends.cudnn.allow_tf32 = True
+    torch.set_float32_matmul_precision("high")   # TF32 for whatever autocast leaves in fp32
     autocast = lambda: torch.autocast("cuda", dtype=torch.bfloat16)
 else:
     # every core this process may use (a sandbox may pin it to fewer than the machine has)
