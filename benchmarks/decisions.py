@@ -1,0 +1,307 @@
+"""Keep rules compared over simulated, compute-matched nights.
+
+    python benchmarks/decisions.py [--nights 80] [--runs 400] [--seed 0] [--quick]
+
+A night is a fixed budget of training runs (400 ≈ 8 h of 60 s runs plus overhead). Each
+candidate is a change to the current incumbent with a true effect drawn from a prior, in
+units of σ (the seed-to-seed sd of one run). Every run's metric follows the noise model
+fitted to real runs of train/train.py (benchmarks/noise_model.json):
+
+    metric = true level + seed effect (shared by all commits on that seed, share ρ)
+             + commit×seed effect (fixed for a (commit, seed): a re-run repeats it)
+             + run-to-run jitter (wall-clock budget: steps differ between runs)
+
+Rules (lower metric is better):
+  (a) single   one run on seed 0 per candidate; keep when it beats the best recorded value
+  (b) confirm  as (a), then a re-run on seed 1; keep when both beat the best; the recorded
+               value is the mean of the two
+  (c) nightshift  agent.sequential.SequentialRule driven through the real Evidence/RunMore
+               interface, with the loop's reference caching and pooled noise estimate
+
+Printed per rule: real progress (true improvement of the final incumbent, σ), recorded
+optimism (true − recorded value of the final incumbent, σ; positive = the record flatters),
+keeps that were truly helpful / no-effect / harmful, candidates tried, runs per candidate.
+Then false keeps per 100 candidates on nights where no candidate has any effect.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from agent.decision import Decision, Evidence, Verdict  # noqa: E402
+from agent.sequential import SequentialRule  # noqa: E402
+
+MODEL_PATH = Path(__file__).with_name("noise_model.json")
+
+
+# ---------------------------------------------------------------- noise and priors
+@dataclass(frozen=True)
+class NoiseModel:
+    seed_share: float      # ρ: correlation of two commits on the same seed
+    repeat_share: float    # share of variance that is run-to-run jitter for one (commit, seed)
+
+
+def load_noise_model(path: Path = MODEL_PATH) -> tuple[NoiseModel, dict]:
+    data = json.loads(path.read_text())
+    return NoiseModel(data["seed_share"], data["repeat_share"]), data
+
+
+class World:
+    """Lazily drawn seed and commit×seed effects of one night; σ = 1."""
+
+    def __init__(self, rng: np.random.Generator, noise: NoiseModel) -> None:
+        self.rng, self.noise = rng, noise
+        self.seed_effect: dict[int, float] = {}
+        self.cell: dict[tuple[int, int], float] = {}
+
+    def run(self, commit: int, level: float, seed: int) -> float:
+        rho, tau = self.noise.seed_share, self.noise.repeat_share
+        if seed not in self.seed_effect:
+            self.seed_effect[seed] = self.rng.normal(0, math.sqrt(rho))
+        if (commit, seed) not in self.cell:
+            self.cell[commit, seed] = self.rng.normal(0, math.sqrt(max(1 - rho - tau, 0)))
+        return level + self.seed_effect[seed] + self.cell[commit, seed] + \
+            self.rng.normal(0, math.sqrt(tau))
+
+
+def draw_effect(prior: str, rng: np.random.Generator) -> float:
+    """True improvement (σ units, positive = better) of one candidate."""
+    u = rng.random()
+    if prior == "large":     # mostly nothing, some harmful, ~10% helpful by 0.5–2σ
+        if u < 0.70:
+            return 0.0
+        if u < 0.90:
+            return -rng.uniform(0.5, 3.0)
+        return rng.uniform(0.5, 2.0)
+    if prior == "small":     # every effect under 0.6σ
+        if u < 0.50:
+            return 0.0
+        if u < 0.80:
+            return rng.uniform(0.0, 0.6)
+        return -rng.uniform(0.0, 0.6)
+    if prior == "null":
+        return 0.0
+    raise ValueError(f"unknown prior {prior!r}")
+
+
+@dataclass
+class Night:
+    progress: float = 0.0          # true improvement of the final incumbent over the start
+    optimism: float = 0.0          # true − recorded level of the final incumbent
+    keeps: dict[str, int] = field(default_factory=lambda: {"true": 0, "null": 0, "harmful": 0})
+    candidates: int = 0
+    runs: int = 0
+
+    def count_keep(self, effect: float) -> None:
+        self.keeps["true" if effect > 0 else "null" if effect == 0 else "harmful"] += 1
+
+
+# ---------------------------------------------------------------- the rules
+def night_single(prior: str, budget: int, rngs: tuple[np.random.Generator, ...],
+                 noise: NoiseModel, confirm: bool) -> Night:
+    rng, world, night = rngs[0], World(rngs[1], noise), Night()
+    level, commit = 0.0, 0                       # true level of the incumbent (lower = better)
+    best = world.run(0, level, 0)
+    if confirm:
+        best = (best + world.run(0, level, 1)) / 2
+        night.runs += 1
+    night.runs += 1
+    while night.runs < budget:
+        effect, commit = draw_effect(prior, rng), commit + 1
+        cand_level = level - effect
+        first = world.run(commit, cand_level, 0)
+        night.runs += 1
+        night.candidates += 1
+        if first >= best:
+            continue
+        if confirm:
+            second = world.run(commit, cand_level, 1)
+            night.runs += 1
+            if second >= best:
+                continue
+            first = (first + second) / 2
+        best, level = first, cand_level
+        night.count_keep(effect)
+    night.progress, night.optimism = -level, level - best
+    return night
+
+
+def night_sequential(rule: SequentialRule, prior: str, budget: int,
+                     rngs: tuple[np.random.Generator, ...], noise: NoiseModel) -> Night:
+    """One night of the real rule, driven the way agent's loop drives it."""
+    rng, world, night = rngs[0], World(rngs[1], noise), Night()
+    groups: dict[int, list[float]] = {}          # commit -> values, for the pooled noise sd
+    pooled = {"ss": 0.0, "dof": 0}
+
+    def measure(commit: int, level: float, seed: int) -> float:
+        value = world.run(commit, level, seed)
+        values = groups.setdefault(commit, [])
+        if values:                               # Welford update of the pooled sum of squares
+            mean = sum(values) / len(values)
+            pooled["ss"] += len(values) / (len(values) + 1) * (value - mean) ** 2
+            pooled["dof"] += 1
+        values.append(value)
+        night.runs += 1
+        return value
+
+    level, incumbent = 0.0, 0
+    reference = {s: measure(0, level, s) for s in rule.baseline_seeds()}
+    history: list[dict] = []
+    commit = 0
+    while night.runs < budget:
+        effect, commit = draw_effect(prior, rng), commit + 1
+        cand_level, candidate = level - effect, {}
+        decision = None
+        while night.runs < budget:
+            sd = math.sqrt(pooled["ss"] / pooled["dof"]) if pooled["dof"] else None
+            out = rule.next(Evidence("minimize", dict(candidate), dict(reference), sd,
+                                     pooled["dof"], tuple(history)))
+            if isinstance(out, Decision):
+                decision = out
+                break
+            for s in out.candidate_seeds:
+                candidate[s] = measure(commit, cand_level, s)
+            for s in out.reference_seeds:
+                if s not in reference:
+                    reference[s] = measure(incumbent, level, s)
+        if decision is None:                     # the night ended mid-experiment
+            break
+        night.candidates += 1
+        # What Decision.to_dict() stores, minus the deep copy of `details` (the rule reads
+        # only these fields of the history; asdict would dominate the benchmark's time).
+        history.append({"verdict": decision.verdict.value, "seeds": list(decision.seeds),
+                        "candidate_values": {str(k): v for k, v in decision.candidate_values.items()},
+                        "reference_values": {str(k): v for k, v in decision.reference_values.items()}})
+        if decision.verdict is Verdict.KEEP:
+            night.count_keep(effect)
+            level, incumbent = cand_level, commit
+            # The loop measures every new incumbent on the calibration seeds, even when that
+            # runs a few past the budget: the morning report needs an unbiased level.
+            reference = {s: measure(commit, level, s) for s in rule.baseline_seeds()}
+    night.progress = -level
+    night.optimism = level - float(np.mean(list(reference.values())))
+    return night
+
+
+# ---------------------------------------------------------------- the table
+RULES = {
+    "(a) single run": lambda p, b, r, n, **_: night_single(p, b, r, n, confirm=False),
+    "(b) confirm re-run": lambda p, b, r, n, **_: night_single(p, b, r, n, confirm=True),
+}
+
+
+def nightshift_rules(quick: bool) -> dict[str, SequentialRule]:
+    rules = {"(c) nightshift a=.05": SequentialRule(alpha=0.05),
+             "(c) nightshift a=.05 lord": SequentialRule(alpha=0.05, fdr="lord")}
+    return dict(list(rules.items())[:1]) if quick else rules
+
+
+def simulate(name: str, prior: str, nights: int, budget: int, seed: int,
+             noise: NoiseModel, rule: SequentialRule | None) -> list[Night]:
+    # Common random numbers: night i of every rule sees the same sequence of candidate
+    # effects (first stream) and draws its noise from the same stream (second), so the
+    # differences between rules are not drowned by night-to-night luck.
+    def rngs(i: int) -> tuple[np.random.Generator, ...]:
+        key = [seed, ("large", "small", "null").index(prior), i]
+        return np.random.default_rng(key + [0]), np.random.default_rng(key + [1])
+    if rule is None:
+        return [RULES[name](prior, budget, rngs(i), noise) for i in range(nights)]
+    return [night_sequential(rule, prior, budget, rngs(i), noise) for i in range(nights)]
+
+
+def summarize(results: list[Night]) -> dict[str, float]:
+    mean = lambda xs: float(np.mean(xs))
+    return {
+        "per_night": [r.progress for r in results],
+        "progress": mean([r.progress for r in results]),
+        "progress_se": float(np.std([r.progress for r in results]) / math.sqrt(len(results))),
+        "optimism": mean([r.optimism for r in results]),
+        "true": mean([r.keeps["true"] for r in results]),
+        "null": mean([r.keeps["null"] for r in results]),
+        "harmful": mean([r.keeps["harmful"] for r in results]),
+        "candidates": mean([r.candidates for r in results]),
+        "runs_per_candidate": mean([r.runs / max(r.candidates, 1) for r in results]),
+        "null_per_100": 100 * sum(r.keeps["null"] for r in results)
+                        / max(sum(r.candidates for r in results), 1),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--nights", type=int, default=80)
+    parser.add_argument("--runs", type=int, default=400, help="runs per night")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--quick", action="store_true", help="one nightshift setting only")
+    parser.add_argument("--seed-share", type=float, help="override the fitted ρ")
+    args = parser.parse_args(argv)
+    noise, data = load_noise_model()
+    if args.seed_share is not None:
+        noise = NoiseModel(args.seed_share, min(noise.repeat_share, 1 - args.seed_share))
+    started = time.time()
+    print(f"noise model: σ = {data['sd']:.4g} {data['metric']} per run ({data['budget_s']} s "
+          f"budget); same-seed correlation of two commits ρ = {noise.seed_share:.2f}; "
+          f"re-run jitter share {noise.repeat_share:.2f}")
+    print(f"{args.nights} nights × {args.runs} runs per prior; effects in σ units\n")
+    names = list(RULES) + list(nightshift_rules(args.quick))
+    ns_rules = nightshift_rules(args.quick)
+    summaries: dict[tuple[str, str], dict[str, float]] = {}
+    for prior in ("large", "small", "null"):
+        for name in names:
+            nights = args.nights if prior != "null" else max(args.nights // 3, 10)
+            summaries[prior, name] = summarize(simulate(name, prior, nights, args.runs,
+                                                        args.seed, noise, ns_rules.get(name)))
+    header = (f"{'rule':27s} {'progress σ':>12s} {'vs (a)':>10s} {'optimism σ':>10s} "
+              f"{'true':>5s} {'null':>5s} {'harm':>5s} {'cands':>6s} {'runs/c':>6s}")
+    for prior in ("large", "small"):
+        print(f"prior: {prior}")
+        print(header)
+        ref = summaries[prior, names[0]]
+        base = np.array(ref["per_night"])
+        for name in names:
+            s = summaries[prior, name]
+            ratio = s["progress"] / ref["progress"] if ref["progress"] > 0 else float("nan")
+            # Paired nights (common random numbers): se of the ratio by the delta method.
+            resid = np.array(s["per_night"]) - ratio * base
+            ratio_se = float(np.std(resid) / math.sqrt(len(base)) / abs(ref["progress"]))
+            print(f"{name:27s} {s['progress']:7.2f}±{s['progress_se']:.2f} {ratio:5.0%}±"
+                  f"{min(ratio_se, 9.99):<4.0%} "
+                  f"{s['optimism']:10.2f} {s['true']:5.1f} {s['null']:5.1f} {s['harmful']:5.2f} "
+                  f"{s['candidates']:6.0f} {s['runs_per_candidate']:6.2f}")
+        print()
+    print("false keeps per 100 no-effect candidates (nights where nothing works):")
+    for name in names:
+        s = summaries["null", name]
+        print(f"  {name:27s} {s['null_per_100']:5.2f}   ({s['candidates']:.0f} candidates a night)")
+    print()
+    print_targets(summaries, names)
+    print(f"\n({time.time() - started:.0f} s)")
+    return 0
+
+
+def print_targets(summaries: dict, names: list[str]) -> None:
+    single = names[0]
+    alphas = {"(c) nightshift a=.05": 0.05, "(c) nightshift a=.05 lord": 0.05}
+    print("targets (both priors): progress ≥ 95% of (a); optimism ≤ 0.5σ; null+harmful keeps "
+          "≤ ¼ of (a); harmful ≤ 0.1/night; false keeps/100 ≤ 100·alpha")
+    for name in names[2:]:
+        checks = []
+        for prior in ("large", "small"):
+            s, a = summaries[prior, name], summaries[prior, single]
+            checks += [s["progress"] >= 0.95 * a["progress"], s["optimism"] <= 0.5,
+                       s["null"] + s["harmful"] <= 0.25 * (a["null"] + a["harmful"]),
+                       s["harmful"] <= 0.1]
+        checks.append(summaries["null", name]["null_per_100"] <= 100 * alphas.get(name, 0.05))
+        print(f"  {name:27s} {'MET' if all(checks) else 'missed'}  "
+              f"({sum(checks)}/{len(checks)} checks)")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
