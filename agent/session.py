@@ -89,6 +89,7 @@ def build_session(program: Any, tag: str, *, researcher: str, sandbox: str, obse
                     cpus=program.limits.cpus, gpu=gpu_for_runs())
     plan = RunPlan(command=program.command, metric=program.metric, budget_s=program.budget_s,
                    grace_s=program.grace_s, protected=tuple(program.protected), limits=limits,
+                   target=program.target,
                    split=split)
     executor = RunExecutor(plan=plan, runner=runner, workspace=workspace, ledger=ledger,
                            data=data, results_dir=results)
