@@ -137,15 +137,15 @@ def suggest_settings(values_per_commit: Mapping[Any, Values], alpha: float = 0.0
     pair_sd, pair_dof = paired_noise(pairs)
     noise = NoiseEstimate(sd=sd, dof=dof, pair_sd=pair_sd, pair_dof=pair_dof)
     share = noise.seed_share
-    # A paired comparison against a well-measured incumbent: the candidate's own spread plus
-    # the unshared part of the reference run on the same seed.
-    diff_sd = sd * math.sqrt(1.0 + (1.0 - share))
+    baseline = 6 if dof < 8 else 4
+    # Per candidate seed: the candidate's own spread, plus the incumbent's — the unshared
+    # part of a paired run, or the share of a `baseline`-run mean, whichever is smaller.
+    diff_sd = sd * math.sqrt(1.0 + min(1.0 - share, 1.0 / baseline))
     z = stats.norm.ppf(1 - alpha) + stats.norm.ppf(power)
-    detectable = {n: z * diff_sd / math.sqrt(n) for n in range(1, max_seeds_cap + 1)}
+    detectable = {n: float(z * diff_sd / math.sqrt(n)) for n in range(1, max_seeds_cap + 1)}
     target = sd if target_effect is None else target_effect
     max_seeds = next((n for n, d in detectable.items() if d <= target), max_seeds_cap)
     max_seeds = max(max_seeds, 3)
-    baseline = 6 if dof < 8 else 4
     return {
         "noise_sd": sd, "dof": dof,
         "pair_sd": pair_sd, "pair_dof": pair_dof, "seed_share": share,
