@@ -66,6 +66,12 @@ def run(
     hypothesis: list[str] = typer.Option([], "--hypothesis", "-H",
                                          help="A hypothesis to test first (repeatable)."),
     seed: int = typer.Option(0, help="Seed of the researcher's own randomness (not the runs')."),
+    max_usd: Optional[float] = typer.Option(None, "--max-usd", min=0,
+                                            help="Stop cleanly once the LLM researcher has spent this "
+                                                 "many dollars (counted across resumes)."),
+    max_tokens: Optional[int] = typer.Option(None, "--max-tokens", min=1,
+                                             help="Stop cleanly once the LLM researcher has used this "
+                                                  "many tokens (counted across resumes)."),
     program: Path = ProgramOpt,
 ) -> None:
     """Run the research loop (resumes the tag if it exists)."""
@@ -75,7 +81,8 @@ def run(
     from agent.session import build_session, default_tag
     from sandbox import SandboxUnavailable
 
-    prog = _load(program, {"budget": budget, "researcher": researcher, "sandbox": sandbox})
+    prog = _load(program, {"budget": budget, "researcher": researcher, "sandbox": sandbox,
+                           "claude.max_usd": max_usd, "claude.max_tokens_total": max_tokens})
     tag = tag or default_tag()
     observer = RichObserver(console, metric=prog.metric)
     try:
@@ -174,6 +181,12 @@ def _print_status(folder: Path, metric: str) -> None:
         console.print(f"  predictions: direction right {cal['direction_accuracy']:.0%}, intervals "
                       f"covered {cal['coverage']:.0%} at claimed {cal['claimed_confidence']:.0%} "
                       f"(n={cal['n']})")
+    usage = _researcher_usage(folder)
+    if usage:
+        console.print(f"  researcher cost: ${usage.get('usd', 0):.2f}, "
+                      f"{usage.get('input_tokens', 0):,} input + {usage.get('output_tokens', 0):,} output "
+                      f"tokens ({usage.get('cache_read_input_tokens', 0):,} cache reads) over "
+                      f"{usage.get('calls', 0)} calls")
     if state.in_flight:
         run = state.in_flight
         console.print(f"  in flight: {run.get('experiment') or 'incumbent'} seed {run['seed']} "
@@ -255,6 +268,16 @@ def noise(
 
 
 NOISE_SEEDS = 900_000   # far from the decision rule's calibration and pairing seeds
+
+
+def _researcher_usage(folder: Path) -> dict:
+    import json
+
+    path = folder / "researcher" / "usage.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
 
 
 def _mean_sd(values: list[float]) -> str:
