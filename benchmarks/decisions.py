@@ -200,7 +200,8 @@ RULES = {
 
 def nightshift_rules(quick: bool) -> dict[str, SequentialRule]:
     rules = {"(c) nightshift defaults": SequentialRule(alpha=0.05, baseline=4),
-             "(c) nightshift alpha=.03": SequentialRule(alpha=0.03),
+             "(c) nightshift a=.03 max 8": SequentialRule(alpha=0.03, max_seeds=8, refresh=8,
+                                                                futility=(0.75, 0.75)),
              "(c) nightshift lord": SequentialRule(alpha=0.05, fdr="lord")}
     return dict(list(rules.items())[:1]) if quick else rules
 
@@ -292,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def print_targets(summaries: dict, names: list[str]) -> None:
     single = names[0]
-    alphas = {"(c) nightshift defaults": 0.05, "(c) nightshift alpha=.03": 0.03,
+    alphas = {"(c) nightshift defaults": 0.05, "(c) nightshift a=.03 max 8": 0.03,
               "(c) nightshift lord": 0.05}
     print("targets, both priors: progress >= 95% of (a); optimism <= 0.5σ; null+harmful keeps "
           "<= 1/4 of (a)'s; harmful <= 0.1/night; false keeps/100 <= 100·alpha")
