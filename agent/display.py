@@ -27,6 +27,8 @@ class RichObserver:
 
     def run_started(self, run: dict[str, Any], budget_s: float, label: str) -> None:
         self._started, self._budget = time.monotonic(), budget_s
+        if not self.console.is_terminal:
+            return   # a live bar in a log file is only noise; the finished line says it all
         who = run.get("experiment") or "incumbent"
         title = f"{who} seed {run['seed']} {run['role']}: {label[:60]}"
         self._progress = Progress(
