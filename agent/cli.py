@@ -27,7 +27,8 @@ app = typer.Typer(
          "keeps a commit only when the improvement is statistically real, and records "
          "everything in results/<tag>/.",
     no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
-console = Console(highlight=False)
+# Logs and pipes get a wide console: rich's 80-column default folds every table row.
+console = Console(highlight=False, width=None if sys.stdout.isatty() else 140)
 err = Console(stderr=True, highlight=False)
 
 EXIT_BAD_INPUT, EXIT_RESEARCHER, EXIT_LOOP, EXIT_INTERRUPTED = 1, 3, 4, 130
