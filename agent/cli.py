@@ -129,15 +129,8 @@ def seed(
     program: Path = ProgramOpt,
 ) -> None:
     """Queue a hypothesis for a loop, even while it runs: it is tested before new ideas."""
-    from agent.session import default_tag, results_dir
-
     prog = _load(program, {})
-    folder = results_dir(prog, tag or default_tag())
-    if not (folder / "ledger.jsonl").exists():
-        err.print(f"[red]error:[/red] no loop at {folder}; start one with `nightshift run --tag {tag}` "
-                  "(or pass --hypothesis to run).")
-        raise typer.Exit(EXIT_BAD_INPUT)
-    _queue(Ledger(folder), text, origin="seed")
+    _queue(Ledger(_existing_loop(prog, tag)), text, origin="seed")
 
 
 @app.command()
@@ -146,15 +139,22 @@ def status(
     program: Path = ProgramOpt,
 ) -> None:
     """The state of a loop at a glance: experiments, keeps, best metric, the run in flight."""
+    prog = _load(program, {})
+    _print_status(_existing_loop(prog, tag), prog.metric)
+
+
+def _existing_loop(prog, tag: Optional[str]) -> Path:
+    """The results folder of a loop that has started, or exit 1 naming the tags that exist."""
     from agent.session import default_tag, results_dir
 
-    prog = _load(program, {})
-    folder = results_dir(prog, tag or default_tag())
+    tag = tag or default_tag()
+    folder = results_dir(prog, tag)
     if not (folder / "ledger.jsonl").exists():
         known = sorted(p.parent.name for p in (prog.root / "results").glob("*/ledger.jsonl"))
-        err.print(f"[red]error:[/red] no ledger at {folder}. Known tags: {', '.join(known) or 'none'}.")
+        err.print(f"[red]error:[/red] no loop at {folder}; start one with `nightshift run --tag {tag}`. "
+                  f"Known tags: {', '.join(known) or 'none'}.")
         raise typer.Exit(EXIT_BAD_INPUT)
-    _print_status(folder, prog.metric)
+    return folder
 
 
 def _print_status(folder: Path, metric: str) -> None:

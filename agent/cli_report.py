@@ -23,16 +23,11 @@ def _program(path: Path, overrides: dict[str, Any]) -> Any:
 
 
 def _tag_dir(program: Any, tag: Optional[str]) -> tuple[str, Path]:
-    from agent.session import default_tag, results_dir
+    from agent.cli import _existing_loop
+    from agent.session import default_tag
 
     tag = tag or default_tag()
-    folder = results_dir(program, tag)
-    if not (folder / "ledger.jsonl").exists():
-        known = sorted(p.parent.name for p in (program.root / "results").glob("*/ledger.jsonl"))
-        err.print(f"[red]error:[/red] no ledger at {folder}. Known tags: {', '.join(known) or 'none'} "
-                  "(pass --tag).")
-        raise typer.Exit(EXIT_BAD_INPUT)
-    return tag, folder
+    return tag, _existing_loop(program, tag)
 
 
 def replay(

@@ -8,22 +8,13 @@ from agent.ledger import fold
 from tests.fake_anthropic import FakeAnthropic, message, tool_use
 from tests.loop_helpers import cli_env, events, make_repo, nightshift
 from tests.test_keep_rule_loop import NOISE_SCRIPT
+from tests.test_keep_rule_loop import PROGRAM as NOISE_PROGRAM
 
 SECRET = "sk-ant-loop-secret-5555aaaa9999"
-PROGRAM = '''\
----
-target: noise.py
-protected: []
-command: python noise.py
-prepare: null
-budget: 1s
-grace: 30s
-seeds: {baseline: 3, screen: 1, max: 3}
-sandbox: local
-researcher: auto
----
-Lower val_bpb. Only noise.py may change.
-'''
+# The pure-noise program, with fewer seeds and the researcher left to `auto`.
+PROGRAM = (NOISE_PROGRAM
+           .replace("seeds: {baseline: 4, screen: 1, max: 6}", "seeds: {baseline: 3, screen: 1, max: 3}")
+           .replace("researcher: optuna", "researcher: auto"))
 PREDICTION = {"direction": "same", "expected_delta": 0.0, "interval": [-0.1, 0.1],
               "confidence": 0.8, "rationale": "SCALE is never read, so nothing can change"}
 
