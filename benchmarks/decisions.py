@@ -1,6 +1,6 @@
 """Keep rules compared over simulated, compute-matched nights.
 
-    python benchmarks/decisions.py [--nights 100] [--runs 400] [--seed 0] [--quick]
+    python benchmarks/decisions.py [--nights 100] [--runs 400] [--seed 0] [--quick] [--jobs 2]
 
 A night is a fixed budget of training runs (400 ≈ 8 h of 60 s runs plus overhead). Each
 candidate is a change to the current incumbent with a true effect drawn from a prior, in
@@ -26,8 +26,10 @@ Then false keeps per 100 candidates on nights where no candidate has any effect.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
+import multiprocessing
 import sys
 import time
 from dataclasses import dataclass, field
@@ -198,11 +200,15 @@ RULES = {
 }
 
 
+ALPHAS = {"(c) nightshift defaults": 0.04, "(c) nightshift alpha .03": 0.03,
+          "(c) nightshift lord": 0.04}
+
+
 def nightshift_rules(quick: bool) -> dict[str, SequentialRule]:
-    rules = {"(c) nightshift defaults": SequentialRule(alpha=0.05, baseline=4),
-             "(c) nightshift a=.03 max 8": SequentialRule(alpha=0.03, max_seeds=8, refresh=8,
-                                                                futility=(0.75, 0.75)),
-             "(c) nightshift lord": SequentialRule(alpha=0.05, fdr="lord")}
+    """program.md's defaults (seeds 6/1/8, alpha .04), a stricter alpha, and LORD++."""
+    rules = {"(c) nightshift defaults": SequentialRule(),
+             "(c) nightshift alpha .03": SequentialRule(alpha=0.03),
+             "(c) nightshift lord": SequentialRule(fdr="lord")}
     return dict(list(rules.items())[:1]) if quick else rules
 
 
@@ -217,6 +223,12 @@ def simulate(name: str, prior: str, nights: int, budget: int, seed: int,
     if rule is None:
         return [RULES[name](prior, budget, rngs(i), noise) for i in range(nights)]
     return [night_sequential(rule, prior, budget, rngs(i), noise) for i in range(nights)]
+
+
+def simulate_cell(cell: tuple) -> dict[str, float]:
+    prior, name, nights, budget, seed, noise, quick = cell
+    return summarize(simulate(name, prior, nights, budget, seed, noise,
+                              nightshift_rules(quick).get(name)))
 
 
 def summarize(results: list[Night]) -> dict[str, float]:
@@ -242,6 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=400, help="runs per night")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="one nightshift setting only")
+    parser.add_argument("--jobs", type=int, default=1, help="worker processes (same result)")
     parser.add_argument("--repeat-share", type=float, help="override the fitted re-run jitter")
     parser.add_argument("--seed-share", type=float, help="override the fitted ρ")
     args = parser.parse_args(argv)
@@ -256,13 +269,13 @@ def main(argv: list[str] | None = None) -> int:
           f"re-run jitter share {noise.repeat_share:.2f}")
     print(f"{args.nights} nights × {args.runs} runs per prior; effects in σ units\n")
     names = list(RULES) + list(nightshift_rules(args.quick))
-    ns_rules = nightshift_rules(args.quick)
-    summaries: dict[tuple[str, str], dict[str, float]] = {}
-    for prior in ("large", "small", "null"):
-        for name in names:
-            nights = args.nights if prior != "null" else max(args.nights // 3, 10)
-            summaries[prior, name] = summarize(simulate(name, prior, nights, args.runs,
-                                                        args.seed, noise, ns_rules.get(name)))
+    cells = [(prior, name, args.nights if prior != "null" else max(args.nights // 3, 10),
+              args.runs, args.seed, noise, args.quick)
+             for prior in ("large", "small", "null") for name in names]
+    # Cells are independent (each seeds its own generators), so a pool gives the same table.
+    with multiprocessing.Pool(args.jobs) if args.jobs > 1 else contextlib.nullcontext() as pool:
+        done = pool.map(simulate_cell, cells, chunksize=1) if pool else map(simulate_cell, cells)
+    summaries = {(cell[0], cell[1]): summary for cell, summary in zip(cells, done)}
     header = (f"{'rule':27s} {'progress σ':>12s} {'vs (a)':>10s} {'optimism σ':>10s} "
               f"{'true':>5s} {'null':>5s} {'harm':>5s} {'cands':>6s} {'runs/c':>6s}")
     for prior in ("large", "small"):
@@ -293,8 +306,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def print_targets(summaries: dict, names: list[str]) -> None:
     single = names[0]
-    alphas = {"(c) nightshift defaults": 0.05, "(c) nightshift a=.03 max 8": 0.03,
-              "(c) nightshift lord": 0.05}
     print("targets, both priors: progress >= 95% of (a); optimism <= 0.5σ; null+harmful keeps "
           "<= 1/4 of (a)'s; harmful <= 0.1/night; false keeps/100 <= 100·alpha")
     for name in names[2:]:
@@ -306,7 +317,7 @@ def print_targets(summaries: dict, names: list[str]) -> None:
                       "null+harmful": s["null"] + s["harmful"] <= 0.25 * (a["null"] + a["harmful"]),
                       "harmful": s["harmful"] <= 0.1}
             missed += [f"{k} ({prior})" for k, ok in checks.items() if not ok]
-        if summaries["null", name]["null_per_100"] > 100 * alphas.get(name, 0.05):
+        if summaries["null", name]["null_per_100"] > 100 * ALPHAS.get(name, 0.05):
             missed.append("false keeps/100")
         print(f"  {name:27s} {'all met' if not missed else 'missed: ' + ', '.join(missed)}")
 
