@@ -137,7 +137,7 @@ def suggest_settings(values_per_commit: Mapping[Any, Values], alpha: float = 0.0
     pair_sd, pair_dof = paired_noise(pairs)
     noise = NoiseEstimate(sd=sd, dof=dof, pair_sd=pair_sd, pair_dof=pair_dof)
     share = noise.seed_share
-    baseline = 6 if dof < 8 else 4
+    baseline = 8 if dof < 8 else 6
     # Per candidate seed: the candidate's own spread, plus the incumbent's — the unshared
     # part of a paired run, or the share of a `baseline`-run mean, whichever is smaller.
     diff_sd = sd * math.sqrt(1.0 + min(1.0 - share, 1.0 / baseline))
@@ -153,8 +153,10 @@ def suggest_settings(values_per_commit: Mapping[Any, Values], alpha: float = 0.0
         "seeds": {"baseline": baseline, "screen": 1, "max": max_seeds},
         "min_effect": diff_sd / math.sqrt(max_seeds),
         "reasons": {
-            "baseline": ("6 seeds: the noise estimate has under 8 degrees of freedom"
-                         if baseline == 6 else "4 seeds: the noise estimate is already usable"),
+            "baseline": ("8 seeds: the noise estimate has under 8 degrees of freedom"
+                         if baseline == 8 else "6 seeds (the default): a reference mean of 6 "
+                         "runs keeps small effects detectable; 4 cost power in "
+                         "benchmarks/decisions.py"),
             "screen": "one run, then stop candidates that look no better (futility)",
             "max": (f"smallest n whose detectable effect at power {power:g} is ≤ "
                     f"{target:.4g} (capped at {max_seeds_cap}, at least 3)"),

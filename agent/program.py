@@ -27,9 +27,9 @@ class ProgramError(ValueError):
 
 @dataclass(frozen=True)
 class SeedPlan:
-    baseline: int = 4   # fresh seeds each new incumbent is measured on (its reference)
+    baseline: int = 6   # fresh seeds each new incumbent is measured on (its reference)
     screen: int = 1     # seeds a candidate runs before the rule first looks
-    max: int = 6        # most seeds a candidate may get before the rule must decide
+    max: int = 8        # most seeds a candidate may get before the rule must decide
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ class Program:
     budget_s: float = 60.0        # YAML `budget`
     grace_s: float = 60.0         # YAML `grace`: startup + final evaluation past the budget
     seeds: SeedPlan = field(default_factory=SeedPlan)
-    alpha: float = 0.05
+    alpha: float = 0.04
     min_effect: float = 0.0       # smallest improvement worth keeping, metric units
     decision: str = "sequential"
     fdr: str = "none"

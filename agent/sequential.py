@@ -153,10 +153,10 @@ class SequentialRule(DecisionRule):
 
     name = "sequential"
 
-    def __init__(self, alpha: float = 0.05, min_effect: float = 0.0, baseline: int = 4,
-                 screen: int = 1, max_seeds: int = 6, fdr: str = "none",
-                 futility: tuple[float, float] = (0.75, 1.0), spend_power: float = 1.0,
-                 refresh: int = 16, pool: int = 6, min_keep_seeds: int = 2,
+    def __init__(self, alpha: float = 0.04, min_effect: float = 0.0, baseline: int = 6,
+                 screen: int = 1, max_seeds: int = 8, fdr: str = "none",
+                 futility: tuple[float, float] = (0.75, 1.0), spend_power: float = 1.5,
+                 refresh: int = 8, pool: int = 6, min_keep_seeds: int = 2,
                  lord_horizon: int = 100) -> None:
         if not 0 < alpha < 1:
             raise ValueError(f"program.md: alpha must be in (0, 1), got {alpha}")

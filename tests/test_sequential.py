@@ -179,6 +179,23 @@ def test_boundaries_spend_at_most_alpha(futility, power, spent):
     assert min(bounds) >= 1.6448
 
 
+
+def test_the_default_design_keeps_a_null_candidate_at_most_alpha_of_the_time():
+    # program.md's defaults (8 looks, futility 0.75 then 1.0, spend power 1.5), simulated
+    # on the canonical joint law of the looks and the keep-needs-two-seeds rule.
+    rule = SequentialRule()
+    bounds, looks = rule.boundaries(rule.alpha), rule.looks()
+    futility = [rule.futility[0]] + [rule.futility[1]] * (len(looks) - 1)
+    rng = np.random.default_rng(1)
+    z = np.cumsum(rng.standard_normal((200_000, len(looks))), axis=1) / np.sqrt(np.array(looks))
+    alive, kept = np.ones(len(z), bool), np.zeros(len(z), bool)
+    for k, seeds in enumerate(looks):
+        hit = alive & (z[:, k] >= bounds[k]) & (seeds >= rule.min_keep_seeds)
+        kept |= hit
+        alive &= ~hit & (z[:, k] > futility[k])
+    assert 0.01 < kept.mean() <= rule.alpha + 0.002
+    assert bounds[0] >= 12 and min(bounds) >= 1.6448    # no keep on one seed; never below z_.95
+
 def test_gls_uses_pairing_only_when_seeds_share_noise():
     cand = {1: 1.0, 2: 2.0}
     ref = {1: 1.5, 2: 2.5, 10: 0.0, 11: 0.0}
@@ -187,3 +204,20 @@ def test_gls_uses_pairing_only_when_seeds_share_noise():
     assert diff0 == pytest.approx(np.mean([1.5, 2.5, 0, 0]) - 1.5)
     assert diff9 == pytest.approx(0.5, abs=0.15)     # paired: the seed effects cancel
     assert sd9 < sd0
+
+
+def test_the_benchmarked_defaults_are_what_the_loop_runs():
+    # benchmarks/decisions.py reports SequentialRule()'s defaults; the loop builds its rule
+    # from program.md. Both the built-in defaults and the shipped program.md must agree.
+    from pathlib import Path
+
+    from agent.program import load_program, parse_program
+    from agent.session import make_rule
+
+    def settings(rule):
+        return (rule.alpha, rule.min_effect, rule.baseline, rule.screen, rule.max_seeds,
+                rule.fdr, rule.futility, rule.spend_power, rule.refresh)
+
+    shipped = load_program(Path(__file__).resolve().parents[1] / "program.md", {})
+    assert settings(make_rule(parse_program("---\n---\n", "p.md"))) == settings(SequentialRule())
+    assert settings(make_rule(shipped)) == settings(SequentialRule())
