@@ -36,6 +36,7 @@ from scipy import optimize, special, stats
 from agent import fdr as fdr_module
 from agent import noise as noise_module
 from agent.decision import Decision, DecisionRule, Evidence, RunMore, Verdict
+from agent.program import Program, SeedPlan
 
 SEED_BLOCK = 1000      # pairing seeds of incumbent e live in [1000(e+1), 1000(e+2))
 _NO_BOUND = 12.0       # a z-boundary that is never crossed
@@ -153,8 +154,11 @@ class SequentialRule(DecisionRule):
 
     name = "sequential"
 
-    def __init__(self, alpha: float = 0.04, min_effect: float = 0.0, baseline: int = 6,
-                 screen: int = 1, max_seeds: int = 8, fdr: str = "none",
+    # The settings program.md exposes default to program.md's defaults (one source of truth:
+    # benchmarks/decisions.py reports SequentialRule(), the loop runs what program.md says).
+    def __init__(self, alpha: float = Program.alpha, min_effect: float = Program.min_effect,
+                 baseline: int = SeedPlan.baseline, screen: int = SeedPlan.screen,
+                 max_seeds: int = SeedPlan.max, fdr: str = Program.fdr,
                  futility: tuple[float, float] = (0.75, 1.0), spend_power: float = 1.5,
                  refresh: int = 8, pool: int = 6, min_keep_seeds: int = 2,
                  lord_horizon: int = 100) -> None:

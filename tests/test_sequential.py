@@ -185,7 +185,6 @@ def test_boundaries_spend_at_most_alpha(futility, power, spent):
     assert min(bounds) >= 1.6448
 
 
-
 def test_the_default_design_keeps_a_null_candidate_at_most_alpha_of_the_time():
     # program.md's defaults (8 looks, futility 0.75 then 1.0, spend power 1.5), simulated
     # on the canonical joint law of the looks and the keep-needs-two-seeds rule.
@@ -194,6 +193,7 @@ def test_the_default_design_keeps_a_null_candidate_at_most_alpha_of_the_time():
     futility = [rule.futility[0]] + [rule.futility[1]] * (len(looks) - 1)
     assert 0.01 < null_keep_rate(bounds, futility, looks) <= rule.alpha + 0.002
     assert bounds[0] >= 12 and min(bounds) >= 1.6448    # no keep on one seed; never below z_.95
+
 
 def test_gls_uses_pairing_only_when_seeds_share_noise():
     cand = {1: 1.0, 2: 2.0}
@@ -207,7 +207,7 @@ def test_gls_uses_pairing_only_when_seeds_share_noise():
 
 def test_the_benchmarked_defaults_are_what_the_loop_runs():
     # benchmarks/decisions.py reports SequentialRule()'s defaults; the loop builds its rule
-    # from program.md. Both the built-in defaults and the shipped program.md must agree.
+    # from program.md, whose shipped copy spells the defaults out: they must agree.
     from pathlib import Path
 
     from agent.program import load_program, parse_program
