@@ -200,10 +200,6 @@ RULES = {
 }
 
 
-ALPHAS = {"(c) nightshift defaults": 0.04, "(c) nightshift alpha .03": 0.03,
-          "(c) nightshift lord": 0.04}
-
-
 def nightshift_rules(quick: bool) -> dict[str, SequentialRule]:
     """program.md's defaults (seeds 6/1/8, alpha .04), a stricter alpha, and LORD++."""
     rules = {"(c) nightshift defaults": SequentialRule(),
@@ -226,9 +222,8 @@ def simulate(name: str, prior: str, nights: int, budget: int, seed: int,
 
 
 def simulate_cell(cell: tuple) -> dict[str, float]:
-    prior, name, nights, budget, seed, noise, quick = cell
-    return summarize(simulate(name, prior, nights, budget, seed, noise,
-                              nightshift_rules(quick).get(name)))
+    prior, name, nights, budget, seed, noise, rule = cell
+    return summarize(simulate(name, prior, nights, budget, seed, noise, rule))
 
 
 def summarize(results: list[Night]) -> dict[str, float]:
@@ -269,8 +264,9 @@ def main(argv: list[str] | None = None) -> int:
           f"re-run jitter share {noise.repeat_share:.2f}")
     print(f"{args.nights} nights × {args.runs} runs per prior; effects in σ units\n")
     names = list(RULES) + list(nightshift_rules(args.quick))
+    ns_rules = nightshift_rules(args.quick)
     cells = [(prior, name, args.nights if prior != "null" else max(args.nights // 3, 10),
-              args.runs, args.seed, noise, args.quick)
+              args.runs, args.seed, noise, ns_rules.get(name))
              for prior in ("large", "small", "null") for name in names]
     # Cells are independent (each seeds its own generators), so a pool gives the same table.
     with multiprocessing.Pool(args.jobs) if args.jobs > 1 else contextlib.nullcontext() as pool:
@@ -299,16 +295,16 @@ def main(argv: list[str] | None = None) -> int:
         s = summaries["null", name]
         print(f"  {name:27s} {s['null_per_100']:5.2f}   ({s['candidates']:.0f} candidates a night)")
     print()
-    print_targets(summaries, names)
+    print_targets(summaries, names, ns_rules)
     print(f"\n({time.time() - started:.0f} s)")
     return 0
 
 
-def print_targets(summaries: dict, names: list[str]) -> None:
+def print_targets(summaries: dict, names: list[str], rules: dict[str, SequentialRule]) -> None:
     single = names[0]
     print("targets, both priors: progress >= 95% of (a); optimism <= 0.5σ; null+harmful keeps "
           "<= 1/4 of (a)'s; harmful <= 0.1/night; false keeps/100 <= 100·alpha")
-    for name in names[2:]:
+    for name in rules:
         missed = []
         for prior in ("large", "small"):
             s, a = summaries[prior, name], summaries[prior, single]
@@ -317,7 +313,7 @@ def print_targets(summaries: dict, names: list[str]) -> None:
                       "null+harmful": s["null"] + s["harmful"] <= 0.25 * (a["null"] + a["harmful"]),
                       "harmful": s["harmful"] <= 0.1}
             missed += [f"{k} ({prior})" for k, ok in checks.items() if not ok]
-        if summaries["null", name]["null_per_100"] > 100 * ALPHAS.get(name, 0.05):
+        if summaries["null", name]["null_per_100"] > 100 * rules[name].alpha:
             missed.append("false keeps/100")
         print(f"  {name:27s} {'all met' if not missed else 'missed: ' + ', '.join(missed)}")
 
