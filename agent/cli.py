@@ -130,7 +130,7 @@ def seed(
 ) -> None:
     """Queue a hypothesis for a loop, even while it runs: it is tested before new ideas."""
     prog = _load(program, {})
-    _queue(Ledger(_existing_loop(prog, tag)), text, origin="seed")
+    _queue(Ledger(existing_loop(prog, tag)), text, origin="seed")
 
 
 @app.command()
@@ -140,10 +140,10 @@ def status(
 ) -> None:
     """The state of a loop at a glance: experiments, keeps, best metric, the run in flight."""
     prog = _load(program, {})
-    _print_status(_existing_loop(prog, tag), prog.metric)
+    _print_status(existing_loop(prog, tag), prog.metric)
 
 
-def _existing_loop(prog, tag: Optional[str]) -> Path:
+def existing_loop(prog, tag: Optional[str]) -> Path:
     """The results folder of a loop that has started, or exit 1 naming the tags that exist."""
     from agent.session import default_tag, results_dir
 

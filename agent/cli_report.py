@@ -23,11 +23,11 @@ def _program(path: Path, overrides: dict[str, Any]) -> Any:
 
 
 def _tag_dir(program: Any, tag: Optional[str]) -> tuple[str, Path]:
-    from agent.cli import _existing_loop
+    from agent.cli import existing_loop
     from agent.session import default_tag
 
     tag = tag or default_tag()
-    return tag, _existing_loop(program, tag)
+    return tag, existing_loop(program, tag)
 
 
 def replay(
