@@ -14,7 +14,7 @@ import pytest
 
 from agent.researchers.base import ResearchContext, ResearcherError
 from agent.researchers.claude import DEFAULT_MODEL, ClaudeResearcher, ClaudeSettings, ProposalRejected
-from agent.researchers.claude_tools import TOOL_NAMES, parse_prediction
+from agent.researchers.claude_tools import TOOL_NAMES
 from tests.fake_anthropic import FakeAnthropic, error, message, text, tool_use
 
 CLIENT_KEY = "sk-test-client-secret-0123456789"
@@ -293,30 +293,6 @@ def test_a_second_unusable_prediction_rejects_the_experiment_and_the_next_starts
     fake.push(message([tool_use("edit_file", GOOD_EDIT), tool_use("submit", submit())]))
     researcher.propose(make_context(experiment_index=2))
     assert len(fake.requests[-1].json["messages"]) == 1
-
-
-@pytest.mark.parametrize("change, problem", [
-    ({"direction": "better"}, "direction must be"),
-    ({"expected_delta": "a lot"}, "expected_delta must be a finite number"),
-    ({"interval": [0.01, -0.05]}, "lo < hi"),
-    ({"interval": [-0.05]}, "interval must be"),
-    ({"confidence": 1.0}, "strictly between 0 and 1"),
-    ({"confidence": 80}, "strictly between 0 and 1"),
-    ({"rationale": " "}, "rationale"),
-    ({"expected_delta": -0.1}, "outside its interval"),
-    ({"direction": "worsen"}, "positive expected_delta"),
-    ({"direction": "same", "expected_delta": -0.06, "interval": [-0.1, -0.05]}, "containing 0"),
-])
-def test_unusable_predictions_are_named(change, problem):
-    prediction, problems = parse_prediction(PREDICTION | change, "minimize")
-    assert prediction is None and any(problem in p for p in problems), problems
-
-
-def test_a_prediction_is_read_in_the_metrics_direction():
-    maximize = PREDICTION | {"expected_delta": 0.02, "interval": [-0.01, 0.05]}
-    prediction, problems = parse_prediction(maximize, "maximize")
-    assert problems == [] and prediction.to_dict()["interval"] == [-0.01, 0.05]
-    assert parse_prediction(json.dumps(PREDICTION), "minimize")[1] == []  # a JSON string is accepted
 
 
 # ---- failures of the API, caps, persistence ------------------------------------------------
