@@ -182,7 +182,9 @@ def _print_status(folder: Path, metric: str) -> None:
         console.print(f"  predictions: direction right {cal['direction_accuracy']:.0%}, intervals "
                       f"covered {cal['coverage']:.0%} at claimed {cal['claimed_confidence']:.0%} "
                       f"(n={cal['n']})")
-    usage = _researcher_usage(folder)
+    from agent.researchers.usage import read_usage
+
+    usage = read_usage(folder)
     if usage:
         console.print(f"  researcher cost: ${usage.get('usd', 0):.2f}, "
                       f"{usage.get('input_tokens', 0):,} input + {usage.get('output_tokens', 0):,} output "
@@ -269,16 +271,6 @@ def noise(
 
 
 NOISE_SEEDS = 900_000   # far from the decision rule's calibration and pairing seeds
-
-
-def _researcher_usage(folder: Path) -> dict:
-    import json
-
-    path = folder / "researcher" / "usage.json"
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
 
 
 def _mean_sd(values: list[float]) -> str:

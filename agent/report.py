@@ -13,7 +13,6 @@ the template engine: an LLM's description cannot inject markup.
 """
 from __future__ import annotations
 
-import json
 import statistics
 import subprocess
 from dataclasses import dataclass, field
@@ -211,13 +210,12 @@ def _chart_data(state: LoopState, rows: list[dict[str, Any]], baseline: float | 
 
 
 def _cost(tag_dir: Path, n_experiments: int, n_kept: int) -> dict[str, Any] | None:
-    path = tag_dir / "researcher" / "usage.json"
-    try:
-        usage = json.loads(path.read_text())
-    except (OSError, ValueError):
+    from agent.researchers.usage import USAGE_FIELDS, read_usage
+
+    usage = read_usage(tag_dir)
+    if not usage:
         return None
-    tokens = {k: usage.get(k) or 0 for k in ("input_tokens", "output_tokens",
-                                             "cache_read_input_tokens", "cache_creation_input_tokens")}
+    tokens = {k: usage.get(k) or 0 for k in USAGE_FIELDS}
     usd = usage.get("usd")
     return {"tokens": tokens, "total_tokens": sum(tokens.values()), "usd": usd,
             "calls": usage.get("calls"), "proposals": usage.get("proposals"),

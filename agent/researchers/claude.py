@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -31,12 +31,12 @@ from agent import pricing
 from agent.researchers import base
 from agent.researchers.base import Proposal, ResearchContext, Researcher, ResearcherError
 from agent.researchers.claude_tools import TOOLS, Submission, ToolError, Workbench
+from agent.researchers.usage import USAGE_FIELDS, UsageMeter
 
 DEFAULT_MODEL = "claude-sonnet-5-5"   # the one place the default model is named
 NONSTREAMING_MAX_TOKENS = 21_333      # above this the SDK demands streaming (10-minute rule)
 _RETRYABLE_STATUS = {408, 409, 429}   # plus every 5xx (500, 503, 529 overloaded, ...)
 _CACHE = {"type": "ephemeral"}
-_USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
 
 
 @dataclass(frozen=True)
@@ -99,42 +99,6 @@ class ProposalRejected(base.ProposalRejected):
     def __init__(self, reason: str, transcript: list[dict[str, Any]], errors: dict[str, int]) -> None:
         super().__init__(reason, transcript)
         self.errors = errors
-
-
-class UsageMeter:
-    """Cumulative tokens, dollars and mistakes, persisted atomically after every change."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.totals: dict[str, Any] = {k: 0 for k in _USAGE_FIELDS} | {"usd": 0.0, "calls": 0, "proposals": 0, "api_retries": 0, "errors": {}}
-        if path.exists():
-            try:
-                saved = json.loads(path.read_text())
-                self.totals.update({k: saved[k] for k in self.totals if k in saved})
-            except (ValueError, TypeError, KeyError) as err:
-                raise ResearcherError(f"{path}: unreadable usage record ({err}); fix it or delete it to restart counting") from None
-
-    def record_call(self, model: str, usage: Any) -> dict[str, float]:
-        counts = {k: int(getattr(usage, k, 0) or 0) for k in _USAGE_FIELDS}
-        call = dict(counts, usd=pricing.cost_usd(model, **counts))
-        for key, value in call.items():
-            self.totals[key] += value
-        self.totals["calls"] += 1
-        self.save()
-        return call
-
-    def count(self, kind: str) -> None:
-        self.totals["errors"][kind] = self.totals["errors"].get(kind, 0) + 1
-        self.save()
-
-    def tokens_total(self) -> int:
-        return sum(self.totals[k] for k in _USAGE_FIELDS)
-
-    def save(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(self.totals, indent=1, sort_keys=True))
-        os.replace(tmp, self.path)
 
 
 def _block_param(block: Any) -> dict[str, Any]:
@@ -211,7 +175,7 @@ class ClaudeResearcher(Researcher):
         messages: list[dict[str, Any]] = [{"role": "user", "content": self._opening(context)}]
         transcript: list[dict[str, Any]] = [{"role": "user", "content": messages[0]["content"]}]
         errors: dict[str, int] = {}
-        spent: dict[str, float] = {k: 0 for k in _USAGE_FIELDS} | {"usd": 0.0}
+        spent: dict[str, float] = {k: 0 for k in USAGE_FIELDS} | {"usd": 0.0}
         self.meter.totals["proposals"] += 1
 
         def count(kind: str) -> None:
