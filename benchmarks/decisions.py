@@ -38,8 +38,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from agent.decision import Decision, Evidence, Verdict  # noqa: E402
-from agent.sequential import SequentialRule  # noqa: E402
+from agent.decide.decision import Decision, Evidence, Verdict  # noqa: E402
+from agent.decide.sequential import SequentialRule  # noqa: E402
 
 MODEL_PATH = Path(__file__).with_name("noise_model.json")
 

@@ -18,9 +18,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agent.ledger import fold  # noqa: E402
+from agent.record.ledger import fold  # noqa: E402
 from tests.loop_helpers import cli_env, events, make_repo, nightshift  # noqa: E402
-from tests.test_keep_rule_loop import NOISE_SCRIPT, PROGRAM  # noqa: E402
+from tests.night.test_keep_rule_loop import NOISE_SCRIPT, PROGRAM  # noqa: E402
 
 
 def main() -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))  # so tests can `import hostile`
+
 
 from sandbox.protocol import Limits, RunSpec  # noqa: E402
 
@@ -28,7 +28,7 @@ def hostile_spec(tmp_path):
     `python train.py` over its own read-only snapshot, with an empty out folder at
     `<tmp>/run-N/out`. Defaults: budget 30 s (a loaded machine is slow; tests of timeouts
     pass a small one), grace 1 s, 256 MB, 64 pids."""
-    import hostile
+    from tests import hostile
 
     counter = itertools.count()
     data = tmp_path / "data"

@@ -13,8 +13,8 @@ import random
 from pathlib import Path
 from unittest import mock
 
-from agent.ledger import Ledger
-from agent.scoring import score_prediction
+from agent.record.ledger import Ledger
+from agent.decide.scoring import score_prediction
 
 ENV = {"python": "3.11.7", "torch": "2.13.0+cpu", "numpy": "2.4.6", "cuda": None, "cudnn": None,
        "driver": None, "gpus": [], "gpu_count": 0, "cpu_model": "Synthetic CPU", "cpu_count": 2,
@@ -58,7 +58,7 @@ def synthetic_night(results_dir: Path, experiments: int = 500, *, seed: int = 0,
                     crashes_only: bool = False, replays: bool = True, noise: float = 0.01) -> Path:
     # Every line still goes through Ledger.append; only its per-line fsync is skipped, which
     # would make 500 synthetic experiments take half a minute on a busy disk.
-    with mock.patch("agent.ledger.os.fsync"):
+    with mock.patch("agent.record.ledger.os.fsync"):
         return _write_night(Path(results_dir), experiments, seed, crashes_only, replays, noise)
 
 
@@ -130,7 +130,7 @@ def _write_night(results_dir: Path, experiments: int, seed: int, crashes_only: b
 
 
 def _replays(ledger: Ledger, rng: random.Random, base: str) -> None:
-    from agent.ledger import fold
+    from agent.record.ledger import fold
 
     state = fold(ledger.events())
     kept = state.kept()[:6]

@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 import anthropic
 
-from agent import pricing
+from agent.researchers import pricing
 from agent.researchers import base
 from agent.researchers.base import Proposal, ResearchContext, Researcher, ResearcherError
 from agent.researchers.claude_tools import TOOLS, Submission, ToolError, Workbench
@@ -159,7 +159,7 @@ class ClaudeResearcher(Researcher):
         self._secrets = [s for s in (api_key, env_key, getattr(client, "api_key", None)) if s]
         self.meter = UsageMeter(self.state_dir / "usage.json")
         if pricing.lookup(self.settings.model) is None:
-            self.meter.totals["price_note"] = f"{self.settings.model} is not in agent/pricing.py; priced at the dearest rates"
+            self.meter.totals["price_note"] = f"{self.settings.model} is not in agent/researchers/pricing.py; priced at the dearest rates"
 
     # ---- public ---------------------------------------------------------------------------
     def usage(self) -> dict[str, Any]:

@@ -10,7 +10,7 @@ researcher on the same state_dir continues it.
 Queued human hypotheses that are plain knob assignments (`LR=1e-3`, `set N_LAYER to 4`) are
 tested first; prose ones are left for a researcher that reads prose (noted in `extra`).
 
-Predictions come from the study's history: see `agent.prediction_stats`.
+Predictions come from the study's history: see `agent.researchers.prediction_stats`.
 """
 from __future__ import annotations
 
@@ -25,10 +25,10 @@ import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState
 
-from agent.knobs import (
+from agent.researchers.knobs import (
     Knob, KnobError, format_value, parse_assignments, parse_knobs, round_sig, same_value, set_knobs,
 )
-from agent.prediction_stats import TriedConfig, predict_delta
+from agent.researchers.prediction_stats import TriedConfig, predict_delta
 from agent.researchers.base import Outcome, Proposal, ResearchContext, Researcher, ResearcherError
 
 STUDY_NAME = "nightshift"

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from agent import pricing
+from agent.researchers import pricing
 from agent.researchers.base import ResearcherError
 
 USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")

@@ -1,0 +1,156 @@
+"""The decision interface: given the measurements so far, run more seeds or decide.
+
+A rule is a pure function of the evidence, so the loop can be killed between any two runs
+and resume by asking the rule again with what the ledger holds.
+
+Conventions:
+- seeds are integers; the candidate and the incumbent are compared on the same seeds
+  (paired) whenever the rule asks for reference runs on those seeds;
+- `effect` is the improvement in the program's direction: incumbent − candidate for a
+  minimised metric, candidate − incumbent for a maximised one. Positive is better.
+- the incumbent's `reference` values come only from runs that were *not* used to select
+  it (no winner's curse): the loop never puts a commit's candidate runs there.
+"""
+from __future__ import annotations
+
+import enum
+import math
+import statistics
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+class Verdict(str, enum.Enum):
+    KEEP = "keep"
+    DISCARD = "discard"
+    INCONCLUSIVE = "inconclusive"   # ran out of seeds without a clear answer; not kept
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class Evidence:
+    direction: str                        # "minimize" | "maximize"
+    candidate: dict[int, float]           # seed -> metric of the candidate
+    reference: dict[int, float]           # seed -> metric of the incumbent, fresh runs only
+    noise_sd: float | None = None         # pooled seed-to-seed sd from earlier commits
+    noise_dof: int = 0                    # degrees of freedom behind noise_sd
+    history: tuple[dict[str, Any], ...] = ()  # earlier decisions (to_dict), for night-wide control
+
+    def improvement(self, candidate_value: float, reference_value: float) -> float:
+        """Signed improvement, positive = better, in metric units."""
+        if self.direction == "minimize":
+            return reference_value - candidate_value
+        return candidate_value - reference_value
+
+
+@dataclass(frozen=True)
+class RunMore:
+    """Ask the loop for more measurements before deciding."""
+
+    candidate_seeds: tuple[int, ...] = ()
+    reference_seeds: tuple[int, ...] = ()
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Decision:
+    verdict: Verdict
+    effect: float | None                  # estimated improvement (positive = better)
+    interval: tuple[float, float] | None  # confidence interval of the effect
+    p_value: float | None
+    seeds: tuple[int, ...]
+    candidate_values: dict[int, float]
+    reference_values: dict[int, float]
+    rule: str
+    reason: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["verdict"] = self.verdict.value
+        data["interval"] = list(self.interval) if self.interval else None
+        data["seeds"] = list(self.seeds)
+        # JSON keys are strings; keep seeds as strings there and convert back on load.
+        data["candidate_values"] = {str(k): v for k, v in self.candidate_values.items()}
+        data["reference_values"] = {str(k): v for k, v in self.reference_values.items()}
+        return data
+
+
+class DecisionRule(ABC):
+    """Decides keep / discard / inconclusive for one candidate against the incumbent.
+
+    Contract: `next(evidence)` returns either `RunMore` naming seeds still to run (never
+    seeds already present in the evidence) or a final `Decision`. It must terminate: after
+    finitely many RunMore answers it decides. `baseline_seeds()` are the seeds the loop
+    measures each new incumbent on (its fresh reference).
+    """
+
+    name: str = "abstract"
+
+    @abstractmethod
+    def next(self, evidence: Evidence) -> RunMore | Decision:
+        ...
+
+    @abstractmethod
+    def baseline_seeds(self) -> tuple[int, ...]:
+        ...
+
+
+def pooled_sd(groups: list[list[float]]) -> tuple[float | None, int]:
+    """Pooled within-group standard deviation and its degrees of freedom."""
+    sum_sq, dof = 0.0, 0
+    for values in groups:
+        if len(values) < 2:
+            continue
+        mean = statistics.fmean(values)
+        sum_sq += sum((v - mean) ** 2 for v in values)
+        dof += len(values) - 1
+    if dof == 0:
+        return None, 0
+    return math.sqrt(sum_sq / dof), dof
+
+
+class NoiseBandRule(DecisionRule):
+    """The simple rule of the first loop: keep when the candidate's mean beats the
+    incumbent's fresh reference mean by more than `k` standard errors of the difference.
+
+    Runs the candidate on `seeds` seeds, paired with the reference seeds. No sequential
+    looks, no p-value control: `agent.decide.sequential` holds the statistical rule.
+    """
+
+    name = "noise_band"
+
+    def __init__(self, seeds: int = 2, baseline: int = 3, k: float = 2.0) -> None:
+        self.seeds, self.baseline, self.k = seeds, baseline, k
+
+    def baseline_seeds(self) -> tuple[int, ...]:
+        return tuple(range(self.baseline))
+
+    def next(self, evidence: Evidence) -> RunMore | Decision:
+        wanted = tuple(range(self.seeds))
+        missing = tuple(s for s in wanted if s not in evidence.candidate)
+        if missing:
+            return RunMore(candidate_seeds=missing, reason="screen")
+        cand = [evidence.candidate[s] for s in wanted]
+        ref = list(evidence.reference.values())
+        sd = evidence.noise_sd or (statistics.stdev(ref) if len(ref) > 1 else None)
+        effect = evidence.improvement(statistics.fmean(cand), statistics.fmean(ref))
+        if sd is None or sd == 0:
+            se = 0.0
+        else:
+            se = sd * math.sqrt(1 / len(cand) + 1 / len(ref))
+        keep = effect > self.k * se
+        return Decision(
+            verdict=Verdict.KEEP if keep else Verdict.DISCARD,
+            effect=effect,
+            interval=(effect - 2 * se, effect + 2 * se),
+            p_value=None,
+            seeds=wanted,
+            candidate_values=dict(evidence.candidate),
+            reference_values=dict(evidence.reference),
+            rule=self.name,
+            reason=f"effect {effect:+.4f} vs band {self.k:g}·se = {self.k * se:.4f}",
+        )

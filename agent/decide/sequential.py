@@ -1,0 +1,314 @@
+"""The statistical keep rule: sequential, paired, multi-seed (see docs/decisions.md).
+
+Per candidate: run it on one seed (screen), compare with the incumbent on the same seed,
+stop at once when it looks no better (futility); otherwise add one seed at a time, each
+paired with an incumbent run on that seed, up to `max_seeds`. Keep only when a one-sided
+test of "better than the incumbent" crosses a group-sequential boundary whose looks together
+spend at most `alpha` (or the night's LORD++ level), and the estimate is ≥ `min_effect`.
+
+Seed numbering (why it never lets a lucky draw become the bar):
+- calibration seeds `0 .. baseline-1` (`baseline_seeds()`): every new incumbent is run on
+  them by the loop; candidates never run on them, so they are never selection seeds;
+- pairing seeds: incumbent number e of the night (e = keeps so far) pairs its candidates on
+  block `1000·(e+1) + j`. The candidate i of that incumbent's reign uses the window
+  `start, start+1, ...` with `start = block + i // refresh`, so a fresh incumbent run is added
+  every `refresh` candidates (the reference accumulates and drift shows). A kept candidate
+  was selected on block e+1's seeds; as the next incumbent it is measured on calibration
+  seeds and on block e+2: never again on a seed that selected it. On a deterministic CPU a
+  re-run of the same (commit, seed) reproduces the selecting draw, so this disjointness, not
+  "fresh processes", is what removes the winner's curse. Reference seeds that equal the
+  last keep's seeds are ignored as a second guard.
+
+The estimate combines paired and unpaired incumbent runs by generalized least squares under
+`metric = commit level + seed effect (shared) + noise`, with the shared fraction estimated
+from the night's paired differences (agent.decide.noise). A rule is a pure function of the evidence.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy import optimize, special, stats
+
+from agent.decide import fdr as fdr_module
+from agent.decide import noise as noise_module
+from agent.decide.decision import Decision, DecisionRule, Evidence, RunMore, Verdict
+from agent.program import Program, SeedPlan
+
+SEED_BLOCK = 1000      # pairing seeds of incumbent e live in [1000(e+1), 1000(e+2))
+_NO_BOUND = 12.0       # a z-boundary that is never crossed
+_LEVEL_GRID = (1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0)
+
+
+@functools.lru_cache(maxsize=1024)
+def efficacy_boundaries(alpha: float, info: tuple[float, ...], futility: tuple[float, ...],
+                        first_efficacy: int, spend_power: float) -> tuple[float, ...]:
+    """z-boundaries e_k so that P_H0(cross e_k at some look) <= alpha.
+
+    Canonical joint distribution of the looks (Z_k with corr sqrt(I_j/I_k)), binding futility
+    boundaries `futility[k]` (stop when Z_k <= f_k), error spent by `alpha·t^spend_power`
+    (t = information fraction) from look `first_efficacy` on, and never below the fixed-sample
+    boundary z_(1-alpha) (unspent error is then left unspent). Computed by recursive numerical
+    integration (Armitage, McPherson & Rowe 1969) on a Simpson grid. Pure; cached.
+    """
+    spent, bounds = 0.0, []
+    grid = weights = None
+    floor = float(stats.norm.isf(alpha))
+    for k, (ik, fk) in enumerate(zip(info, futility)):
+        lo = max(fk, -8.0)
+        if k == 0:
+            def cross(u: float) -> float:
+                return float(stats.norm.sf(u))
+        else:
+            r = math.sqrt(info[k - 1] / ik)
+            s = math.sqrt((ik - info[k - 1]) / ik)
+
+            def cross(u: float, r=r, s=s, grid=grid, weights=weights) -> float:
+                return float(np.dot(weights, stats.norm.sf((u - grid * r) / s)))
+        target = alpha * (ik / info[-1]) ** spend_power - spent if k >= first_efficacy else 0.0
+        if target <= 1e-12:
+            upper = _NO_BOUND
+        elif cross(lo) <= target:
+            upper = lo
+        else:
+            upper = optimize.brentq(lambda u: cross(u) - target, lo, _NO_BOUND, xtol=1e-7)
+        # Binding futility removes so many null paths that late boundaries could fall below
+        # a fixed-sample test at alpha; never keep on evidence weaker than that.
+        upper = max(upper, floor)
+        spent += cross(upper)
+        bounds.append(upper)
+        if k + 1 < len(info):
+            hi = min(upper, 8.0)
+            n = 2 * max(int((hi - lo) / 0.04), 2) + 1
+            z = np.linspace(lo, hi, n)
+            simpson = np.ones(n)
+            simpson[1:-1:2], simpson[2:-1:2] = 4.0, 2.0
+            simpson *= (hi - lo) / (n - 1) / 3.0
+            if k == 0:
+                density = stats.norm.pdf(z)
+            else:
+                density = (weights[None, :] * stats.norm.pdf(
+                    (z[:, None] - grid[None, :] * r) / s) / s).sum(axis=1)
+            grid, weights = z, density * simpson
+    return tuple(bounds)
+
+
+def gls_difference(candidate: dict[int, float], reference: dict[int, float],
+                   seed_share: float) -> tuple[float, float, float, float]:
+    """(reference level, candidate level, level difference ref − cand, its sd in units of σ).
+
+    Model: value = level + seed effect + noise, with Var(seed effect) = share·σ² shared by
+    all commits on that seed. Seeds are independent, so the information matrix is a sum of
+    per-seed 2×2 blocks (written out: this runs once per look of every candidate).
+    """
+    vg, ve = seed_share, 1.0 - seed_share
+    det = ve * (2 * vg + ve)
+    a = b = c = sr = sc = 0.0                 # information [[a, b], [b, c]], score (sr, sc)
+    for seed, r in reference.items():
+        if seed in candidate:
+            x = candidate[seed]
+            a += (vg + ve) / det
+            c += (vg + ve) / det
+            b -= vg / det
+            sr += ((vg + ve) * r - vg * x) / det
+            sc += ((vg + ve) * x - vg * r) / det
+        else:
+            a += 1.0
+            sr += r
+    for seed, x in candidate.items():
+        if seed not in reference:
+            c += 1.0
+            sc += x
+    if a == 0 or c == 0:
+        raise ValueError("gls_difference needs at least one run of each commit")
+    inv_det = 1.0 / (a * c - b * b)
+    ref_level = (c * sr - b * sc) * inv_det
+    cand_level = (a * sc - b * sr) * inv_det
+    var = (c + a + 2 * b) * inv_det           # Var(ref − cand) = cov00 + cov11 − 2·cov01
+    return ref_level, cand_level, ref_level - cand_level, math.sqrt(max(var, 0.0))
+
+
+@dataclass(frozen=True)
+class _Night:
+    """What the rule needs to know about the night so far, derived from the history."""
+
+    keeps: int                   # keeps so far = index of the current incumbent's reign
+    reign: int                   # decisions since the incumbent was kept
+    selected_on: frozenset[int]  # seeds that selected the incumbent (never its reference)
+    level: float                 # test level for this candidate (alpha, or LORD++'s)
+
+
+class SequentialRule(DecisionRule):
+    """Sequential paired multi-seed rule; see the module docstring and docs/decisions.md.
+
+    `futility = (f_screen, f_later)`: z at or below which a candidate stops (at the screen
+    look, at later looks). `spend_power`: shape of the alpha-spending function alpha·t^p
+    (larger spends less early). `refresh`: every `refresh`-th candidate of a reign is paired
+    with a new incumbent run (the reference grows and drift shows). `pool`: below this many
+    incumbent runs every candidate seed is paired; above it, candidate seeds are paired only
+    while same-seed runs are shown to share noise (seed_share > 0.1).
+    """
+
+    name = "sequential"
+
+    # The settings program.md exposes default to program.md's defaults (one source of truth:
+    # benchmarks/decisions.py reports SequentialRule(), the loop runs what program.md says).
+    def __init__(self, alpha: float = Program.alpha, min_effect: float = Program.min_effect,
+                 baseline: int = SeedPlan.baseline, screen: int = SeedPlan.screen,
+                 max_seeds: int = SeedPlan.max, fdr: str = Program.fdr,
+                 futility: tuple[float, float] = (0.75, 1.0), spend_power: float = 1.5,
+                 refresh: int = 8, pool: int = 6, min_keep_seeds: int = 2,
+                 lord_horizon: int = 100) -> None:
+        if not 0 < alpha < 1:
+            raise ValueError(f"program.md: alpha must be in (0, 1), got {alpha}")
+        if not 2 <= baseline < SEED_BLOCK:
+            raise ValueError(f"program.md: seeds.baseline must be in [2, {SEED_BLOCK}), got "
+                             f"{baseline}; two runs are the least that measure spread")
+        if not 1 <= screen <= max_seeds:
+            raise ValueError(f"program.md: need 1 <= seeds.screen <= seeds.max, got "
+                             f"screen={screen}, max={max_seeds}")
+        if max_seeds < min_keep_seeds:
+            raise ValueError(f"program.md: seeds.max must be >= {min_keep_seeds}, got {max_seeds}")
+        if fdr not in ("none", "lord"):
+            raise ValueError(f"program.md: fdr must be 'none' or 'lord', got {fdr!r}")
+        if min_effect < 0:
+            raise ValueError(f"program.md: min_effect must be >= 0, got {min_effect}")
+        self.alpha, self.min_effect, self.fdr = alpha, min_effect, fdr
+        self.baseline, self.screen, self.max_seeds = baseline, screen, max_seeds
+        self.futility, self.spend_power = futility, spend_power
+        self.refresh, self.pool, self.min_keep_seeds = refresh, pool, min_keep_seeds
+        self.lord_horizon = lord_horizon
+
+    # ---- seeds and the night ---------------------------------------------------------
+    def baseline_seeds(self) -> tuple[int, ...]:
+        return tuple(range(self.baseline))
+
+    def night(self, history: tuple[dict[str, Any], ...]) -> _Night:
+        keeps = [i for i, d in enumerate(history) if d.get("verdict") == "keep"]
+        selected = frozenset(int(s) for s in history[keeps[-1]].get("candidate_values", {})
+                             ) if keeps else frozenset()
+        level = (fdr_module.lord_level(history, self.alpha, horizon=self.lord_horizon)
+                 if self.fdr == "lord" else self.alpha)
+        return _Night(keeps=len(keeps), reign=len(history) - (keeps[-1] + 1 if keeps else 0),
+                      selected_on=selected, level=level)
+
+    def seed_plan(self, night: _Night) -> tuple[int, ...]:
+        """The candidate seeds, in order, of the next candidate."""
+        start = SEED_BLOCK * (night.keeps + 1) + \
+            (night.reign // self.refresh) % (SEED_BLOCK - self.max_seeds)
+        return tuple(range(start, start + self.max_seeds))
+
+    def looks(self) -> tuple[int, ...]:
+        return tuple(range(self.screen, self.max_seeds + 1))
+
+    def boundaries(self, level: float) -> tuple[float, ...]:
+        looks = self.looks()
+        futility = tuple(self.futility[0] if k == 0 else self.futility[1]
+                         for k in range(len(looks)))
+        first = next(k for k, n in enumerate(looks) if n >= self.min_keep_seeds)
+        # Round the level down (never up) to a coarse grid so that LORD++'s ever-changing
+        # levels reuse a few cached designs.
+        decade = 10 ** math.floor(math.log10(level))
+        rounded = decade * max(g for g in _LEVEL_GRID if g <= level / decade + 1e-9)
+        return efficacy_boundaries(rounded, tuple(float(n) for n in looks), futility,
+                                   first, self.spend_power)
+
+    # ---- the decision ----------------------------------------------------------------
+    def next(self, evidence: Evidence) -> RunMore | Decision:
+        night = self.night(evidence.history)
+        plan = self.seed_plan(night)
+        reference = {s: v for s, v in evidence.reference.items() if s not in night.selected_on}
+        have = 0
+        while have < len(plan) and plan[have] in evidence.candidate:
+            have += 1
+        if have < self.screen:
+            seeds = plan[:self.screen]
+            return RunMore(candidate_seeds=tuple(s for s in seeds if s not in evidence.candidate),
+                           reference_seeds=self._pair(seeds, reference, evidence, night),
+                           reason="screen")
+        missing = self._pair(plan[:have], reference, evidence, night)
+        if missing:
+            return RunMore(reference_seeds=missing, reason="paired reference")
+        return self._look(evidence, night, plan[:have], reference)
+
+    def _pair(self, seeds: tuple[int, ...], reference: dict[int, float], evidence: Evidence,
+              night: _Night) -> tuple[int, ...]:
+        """Incumbent runs to add on these candidate seeds (paired), by the pairing policy."""
+        missing = [s for s in seeds if s not in reference]
+        if not missing:
+            return ()
+        if len(reference) < self.pool or night.reign % self.refresh == 0:
+            return tuple(missing)
+        noise = noise_module.estimate(evidence)
+        if noise.pair_dof < 2 * noise_module.MIN_PAIR_DOF or noise.seed_share > 0.1:
+            return tuple(missing)   # pairing helps, or the night cannot tell yet
+        return ()
+
+    def _look(self, evidence: Evidence, night: _Night, seeds: tuple[int, ...],
+              reference: dict[int, float]) -> RunMore | Decision:
+        candidate = {s: evidence.candidate[s] for s in seeds}
+        noise = noise_module.estimate(Evidence(
+            direction=evidence.direction, candidate=candidate, reference=reference,
+            noise_sd=evidence.noise_sd, noise_dof=evidence.noise_dof, history=evidence.history))
+        share = noise.seed_share
+        ref_level, cand_level, diff, sd_diff = gls_difference(candidate, reference, share)
+        effect = diff if evidence.direction == "minimize" else -diff
+        dof = min(noise.dof, noise.pair_dof) if share > 0 else noise.dof
+        k = len(seeds) - self.screen
+        bounds = self.boundaries(night.level)
+        futility = self.futility[0] if k == 0 else self.futility[1]
+        details: dict[str, Any] = {
+            "look": k + 1, "looks": len(bounds), "level": night.level, "reign": night.keeps,
+            "noise_sd": noise.sd, "noise_dof": noise.dof, "pair_sd": noise.pair_sd,
+            "pair_dof": noise.pair_dof, "seed_share": share, "incumbent_runs": len(reference),
+            "incumbent_estimate": ref_level, "candidate_estimate": cand_level,
+        }
+        last = len(seeds) >= self.max_seeds
+        if not noise.sd or dof < 1:
+            if not last:
+                return self._more(evidence, night, reference, "no noise estimate yet")
+            return self._decide(Verdict.INCONCLUSIVE, effect, None, None, candidate, reference,
+                                "no noise estimate: no commit was measured on two seeds",
+                                details)
+        se = noise.sd * sd_diff
+        t_stat = effect / se if se > 0 else math.copysign(math.inf, effect or 1.0)
+        p_value = float(special.stdtr(dof, -t_stat))              # one-sided, nominal
+        half = float(special.stdtrit(dof, 1 - self.alpha / 2)) * se
+        keep_p = float(special.ndtr(-bounds[k]))                  # nominal level of look k
+        stop_p = float(special.ndtr(-futility))
+        details.update(nominal_keep_p=keep_p, nominal_stop_p=stop_p, t_stat=t_stat, dof=dof,
+                       se=se)
+        args = (effect, (effect - half, effect + half), p_value, candidate, reference)
+        where = f"look {k + 1} of {len(bounds)} ({len(seeds)} seeds)"
+        if p_value <= keep_p:
+            if effect >= self.min_effect:
+                return self._decide(Verdict.KEEP, *args, f"p={p_value:.2g} <= {keep_p:.2g} at "
+                                    f"{where}", details)
+            return self._decide(Verdict.DISCARD, *args, f"significant at {where} but effect "
+                                f"{effect:.4g} < min_effect {self.min_effect:g}", details)
+        if p_value >= stop_p:
+            return self._decide(Verdict.DISCARD, *args, f"futility: p={p_value:.2g} >= "
+                                f"{stop_p:.2g} at {where}", details)
+        if last:
+            return self._decide(Verdict.INCONCLUSIVE, *args, f"p={p_value:.2g} at {where}: "
+                                f"not below {keep_p:.2g}", details)
+        return self._more(evidence, night, reference, f"promising: p={p_value:.2g} at {where}")
+
+    def _more(self, evidence: Evidence, night: _Night, reference: dict[int, float],
+              reason: str) -> RunMore:
+        """The next planned candidate seed, with the incumbent on it if the policy pairs it."""
+        seed = next(s for s in self.seed_plan(night) if s not in evidence.candidate)
+        return RunMore(candidate_seeds=(seed,),
+                       reference_seeds=self._pair((seed,), reference, evidence, night),
+                       reason=reason)
+
+    def _decide(self, verdict: Verdict, effect: float, interval: tuple[float, float] | None,
+                p_value: float | None, candidate: dict[int, float],
+                reference: dict[int, float], reason: str, details: dict[str, Any]) -> Decision:
+        return Decision(verdict=verdict, effect=effect, interval=interval, p_value=p_value,
+                        seeds=tuple(candidate), candidate_values=dict(candidate),
+                        reference_values=dict(reference), rule=self.name, reason=reason,
+                        details=details)

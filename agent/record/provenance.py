@@ -1,0 +1,201 @@
+"""What it takes to reproduce a run: the environment and the run's own facts.
+
+`environment()` is measured once per process (importing torch is slow). The run executor
+(`agent.night.runs`) writes one `provenance.json` per run next to its result:
+
+    run_id, commit, parent, diff (git patch parent -> commit), target_digest {path: sha256},
+    protected_digests {path: sha256}, seed, role, experiment, budget_s, grace_s, command,
+    split, data_dir, data_meta (corpus_hash, split rule, sizes), sandbox {backend, image,
+    image_id, image_digests, isolation facts}, environment {python, torch, numpy, cuda, cudnn,
+    driver, gpus, gpu_count, cpu_model, cpu_count, hostname, platform, nightshift},
+    env_fingerprint, determinism {...}, started_at, ended_at
+
+and records `env_fingerprint` in the ledger's run_finished event, so two runs whose
+environments differ can be told apart without opening files. `compare_environments` lists
+what differs between two provenance records; `nightshift replay` uses it to flag a replay
+that did not run where the original did.
+
+The environment is the harness's; with the docker backend the interpreter inside the image
+is pinned by `sandbox.image_id`, which is compared as well.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Mapping
+
+PROVENANCE_FILE = "provenance.json"
+
+# Facts that change what a run measures: a difference here makes a replay "environment changed".
+MATERIAL_FIELDS = ("python", "torch", "numpy", "cuda", "cudnn", "driver", "gpus", "gpu_count",
+                   "cpu_model", "cpu_count")
+# Facts worth listing when they differ but that do not by themselves change a measurement
+# (nightshift is the harness: it does not compute the metric, and its version moves often).
+INFORMATIONAL_FIELDS = ("nightshift", "hostname", "platform")
+# Variables that change bitwise reproducibility when set in a run's environment.
+DETERMINISM_ENV = ("PYTHONHASHSEED", "CUBLAS_WORKSPACE_CONFIG", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                   "CUDA_LAUNCH_BLOCKING", "TORCH_DETERMINISTIC")
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _nightshift_version() -> str | None:
+    """The installed version, or (running from a checkout) pyproject's version plus the
+    checkout's commit, so two source trees of the same version stay distinguishable."""
+    installed = _version("nightshift")
+    if installed:
+        return installed
+    root = Path(__file__).resolve().parents[2]
+    try:
+        text = (root / "pyproject.toml").read_text(encoding="utf-8")
+    except OSError:
+        return None
+    version = next((line.split("=", 1)[1].strip().strip('"') for line in text.splitlines()
+                    if line.startswith("version")), "unknown")
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"],
+                              capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        head = ""
+    return f"{version}+source.{head}" if head else f"{version}+source"
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _gpus() -> list[str]:
+    try:
+        done = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [line.strip() for line in done.stdout.splitlines() if line.strip()]
+
+
+@lru_cache(maxsize=1)
+def environment() -> dict[str, Any]:
+    """Versions and hardware of the machine the harness runs on (cached per process)."""
+    facts: dict[str, Any] = {
+        "python": platform.python_version(),
+        "python_executable": sys.executable,
+        "platform": platform.platform(),
+        "hostname": socket.gethostname(),
+        "cpu_model": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "nightshift": _nightshift_version(),
+        "torch": _version("torch"),
+        "numpy": _version("numpy"),
+        "gpus": _gpus(),
+        "driver": None,
+    }
+    try:
+        import torch
+
+        facts["cuda"] = torch.version.cuda
+        facts["cudnn"] = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+        facts["cuda_available"] = torch.cuda.is_available()
+        facts["gpu_count"] = torch.cuda.device_count()
+    except Exception as error:  # torch missing or broken: record it, don't fail the loop
+        facts["torch_error"] = repr(error)
+    if facts["gpus"]:
+        facts["driver"] = facts["gpus"][0].rsplit(",", 1)[-1].strip()
+    return facts
+
+
+def fingerprint(env: Mapping[str, Any]) -> str:
+    """A short hash of the material facts of an environment: equal fingerprints, same setup."""
+    material = {key: env.get(key) for key in MATERIAL_FIELDS}
+    return hashlib.sha256(json.dumps(material, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def determinism(seed: int, run_env: Mapping[str, str]) -> dict[str, Any]:
+    """What fixes (and what does not fix) a run's randomness, as far as the harness knows."""
+    return {
+        "seed": seed,
+        "seeding": "the run protocol passes NIGHTSHIFT_SEED; the script seeds python, numpy "
+                   "and torch from it",
+        "budget_kind": "wall clock: the number of steps depends on the machine's speed, so "
+                       "equal seeds give equal metrics only on an equally fast, idle machine",
+        "run_env": {key: run_env[key] for key in DETERMINISM_ENV if key in run_env},
+    }
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def write_provenance(path: Path, record: dict[str, Any]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record, indent=2, default=str), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def read_provenance(run_dir: Path) -> dict[str, Any] | None:
+    """The provenance.json of a run folder, or None when absent or unreadable."""
+    try:
+        return json.loads((Path(run_dir) / PROVENANCE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+# ---- comparing two runs' environments ---------------------------------------------------
+
+@dataclass(frozen=True)
+class Difference:
+    field: str
+    original: Any
+    current: Any
+    material: bool           # False for facts like the hostname that do not change a measurement
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.original!r} -> {self.current!r}"
+
+
+def comparable_facts(record: Mapping[str, Any]) -> dict[str, tuple[Any, bool]]:
+    """field -> (value, material) for everything `compare_environments` looks at."""
+    env = record.get("environment") or {}
+    sandbox = record.get("sandbox") or {}
+    data_meta = record.get("data_meta") or {}
+    facts: dict[str, tuple[Any, bool]] = {key: (env.get(key), True) for key in MATERIAL_FIELDS}
+    facts.update({key: (env.get(key), False) for key in INFORMATIONAL_FIELDS})
+    facts["data_hash"] = (data_meta.get("corpus_hash"), True)
+    facts["sandbox_backend"] = (sandbox.get("backend"), True)
+    facts["image_id"] = (sandbox.get("image_id"), True)
+    return facts
+
+
+def compare_environments(original: Mapping[str, Any], current: Mapping[str, Any]) -> list[Difference]:
+    """What differs between the environments of two provenance records, material first."""
+    before, after = comparable_facts(original), comparable_facts(current)
+    found = [Difference(key, value, after[key][0], material)
+             for key, (value, material) in before.items() if _normal(value) != _normal(after[key][0])]
+    return sorted(found, key=lambda d: (not d.material, d.field))
+
+
+def _normal(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str))   # tuples == lists, as after a JSON round trip

@@ -1,0 +1,309 @@
+"""Replay: re-run commits of a tag at another scale and say what survived.
+
+Two questions, answered from one set of runs:
+- reproduce (same budget and split as the night): does each commit's metric land within the
+  seed noise of the night's measurement of it? `reproduced` yes/no with the interval of the
+  difference (replay mean − night mean, t interval on the pooled seed sd);
+- scale up (longer budget, more seeds, `--split test`): each kept commit's effect against its
+  parent measured again, paired on seeds, next to the effect the night decided on (the proxy),
+  and the Spearman rank correlation of kept commits between proxy and full scale, so a proxy
+  win that inverts at scale shows.
+
+Every replayed run also compares its environment with the original run's provenance
+(`agent.provenance.compare_environments`) and lists what changed.
+
+Where things go: runs run through `agent.runs.RunExecutor` with a ledger of their own,
+`results/<tag>/replays/<replay_id>/ledger.jsonl` (run_started / run_finished, provenance per
+run under `runs/`), so replays never mix with the loop's measurements. The tag's ledger gets
+`replay` events (see docs/ledger.md):
+  kind "run"      one per replayed run: commit, seed, status, metric, env_changed, env_diff
+  kind "commit"   one per commit: mean, sd, original, reproduce{...}, proxy/full effects
+  kind "summary"  one per replay: settings, rank correlations, whether any environment changed
+Seeds are 0..n-1: the calibration seeds every incumbent was measured on, never the seeds that
+selected a kept commit (agent.decide.sequential), so replay and night compare on the same seeds.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+from scipy import stats
+
+from agent.decide.decision import pooled_sd
+from agent.record.ledger import Ledger, LoopState
+from agent.record.provenance import compare_environments, read_provenance
+from agent.night.runs import RunExecutor
+
+REPLAYS_DIR = "replays"
+
+
+@dataclass(frozen=True)
+class ReplaySettings:
+    budget_s: float
+    seeds: tuple[int, ...]
+    split: str = "val"
+
+
+@dataclass(frozen=True)
+class Target:
+    """One commit to replay and why: a kept commit, the base, a given commit, or a parent
+    added so that effects can be measured against it."""
+
+    commit: str
+    role: str                      # "base" | "kept" | "given" | "parent"
+    experiment: str | None = None
+    parent: str | None = None      # the commit its effect is measured against
+
+
+def plan_targets(state: LoopState, *, kept: bool, commits: Sequence[str] = (),
+                 parent_of: Callable[[str], str | None] = lambda commit: None,
+                 with_parents: bool = True) -> list[Target]:
+    """The commits to replay, parents first. `commits` are full shas (resolve them first)."""
+    by_commit = {e.commit: e for e in state.experiments.values() if e.commit}
+    chosen: dict[str, Target] = {}
+    wanted = [e.commit for e in state.kept()] if kept else []
+    wanted += [c for c in commits if c not in wanted]
+    for commit in wanted:
+        experiment = by_commit.get(commit)
+        parent = experiment.parent if experiment else parent_of(commit)
+        role = "base" if commit == state.base_commit else \
+            "kept" if experiment is not None and experiment.verdict == "keep" else "given"
+        chosen[commit] = Target(commit, role, experiment.id if experiment else None, parent)
+    if kept and state.base_commit and state.base_commit not in chosen:
+        chosen = {state.base_commit: Target(state.base_commit, "base"), **chosen}
+    if with_parents:
+        for target in list(chosen.values()):
+            if target.parent and target.parent not in chosen:
+                role = "base" if target.parent == state.base_commit else "parent"
+                chosen = {target.parent: Target(target.parent, role), **chosen}
+    return list(chosen.values())
+
+
+# ---- statistics -------------------------------------------------------------------------
+
+def t_interval(mean: float, se: float, dof: int, level: float = 0.95) -> tuple[float, float]:
+    quantile = stats.t.ppf(0.5 + level / 2, dof) if dof > 0 else stats.norm.ppf(0.5 + level / 2)
+    return mean - quantile * se, mean + quantile * se
+
+
+def reproduction(original: Sequence[float], replay: Sequence[float], noise_sd: float | None,
+                 noise_dof: int) -> dict[str, Any]:
+    """Replay mean − original mean with a 95 % interval from the seed sd; reproduced when the
+    interval holds 0. Undecidable (None) without a seed sd or without values on either side."""
+    if not original or not replay:
+        return {"reproduced": None, "difference": None, "interval": None,
+                "why": "no successful runs on one side"}
+    difference = statistics.fmean(replay) - statistics.fmean(original)
+    if noise_sd is None:
+        return {"reproduced": None, "difference": difference, "interval": None,
+                "why": "no seed-to-seed spread measured yet (every commit ran once)"}
+    se = noise_sd * math.sqrt(1 / len(original) + 1 / len(replay))
+    lo, hi = t_interval(difference, se, noise_dof)
+    return {"reproduced": bool(lo <= 0 <= hi) or math.isclose(difference, 0, abs_tol=1e-12),
+            "difference": difference, "interval": [lo, hi], "noise_sd": noise_sd}
+
+
+def paired_effect(child: dict[int, float], parent: dict[int, float],
+                  direction: str) -> dict[str, Any] | None:
+    """Improvement of `child` over `parent` on their common seeds (positive = better)."""
+    seeds = sorted(set(child) & set(parent))
+    if not seeds:
+        return None
+    sign = -1.0 if direction == "minimize" else 1.0
+    diffs = [sign * (child[s] - parent[s]) for s in seeds]
+    effect = statistics.fmean(diffs)
+    interval = None
+    if len(diffs) > 1:
+        interval = list(t_interval(effect, statistics.stdev(diffs) / math.sqrt(len(diffs)),
+                                   len(diffs) - 1))
+    return {"effect": effect, "interval": interval, "seeds": seeds}
+
+
+def spearman(xs: Sequence[float], ys: Sequence[float]) -> dict[str, Any]:
+    """Spearman's rho with its n; rho is None below 2 points or when one side is constant."""
+    n = len(xs)
+    if n < 2 or len(set(xs)) < 2 or len(set(ys)) < 2:
+        return {"rho": None, "n": n}
+    rho = stats.spearmanr(xs, ys).statistic
+    return {"rho": None if math.isnan(rho) else float(rho), "n": n}
+
+
+# ---- running ----------------------------------------------------------------------------
+
+@dataclass
+class Replayer:
+    """Replays targets of one tag. `executor` must write to its own ledger and folder
+    (`replay_dir`), not the tag's: see `new_replay_dir`."""
+
+    tag_dir: Path
+    ledger: Ledger                 # the tag's ledger: receives the `replay` events
+    state: LoopState               # the tag's state, folded before the replay starts
+    executor: RunExecutor
+    replay_id: str
+    direction: str = "minimize"
+    original_budget_s: float | None = None
+    original_split: str = "val"
+    on_event: Callable[[dict[str, Any]], None] = lambda event: None
+
+    def replay(self, targets: Sequence[Target], settings: ReplaySettings) -> dict[str, Any]:
+        """Run every target on every seed (seed-major, so slow drift of the machine hits all
+        commits alike), record the events, and return the summary event."""
+        values: dict[str, dict[int, float]] = {t.commit: {} for t in targets}
+        diffs: dict[str, list[dict[str, Any]]] = {t.commit: [] for t in targets}
+        for seed in settings.seeds:
+            for target in targets:
+                run = self.executor.run(target.commit, seed, "replay", target.experiment)
+                found = self._environment_changes(target.commit, seed, run)
+                diffs[target.commit] += found
+                if run["status"] == "ok":
+                    values[target.commit][seed] = run["metric"]
+                self._emit("run", commit=target.commit, target_role=target.role,
+                           experiment=target.experiment, seed=seed, budget_s=settings.budget_s,
+                           split=settings.split, status=run["status"], metric=run.get("metric"),
+                           duration_s=run.get("duration_s"), run_id=run["run_id"],
+                           reason=run.get("reason", ""),
+                           env_changed=any(d["material"] for d in found), env_diff=found)
+        for target in targets:
+            self.executor.release(target.commit)
+        rows = [self._commit_event(t, values, diffs[t.commit], settings) for t in targets]
+        kept = [r for r in rows if r["target_role"] == "kept" and r["proxy_effect"] is not None
+                and r["full_effect"] is not None]
+        measured = [r for r in rows if r["original"]["mean"] is not None and r["mean"] is not None]
+        sign = -1.0 if self.direction == "minimize" else 1.0
+        return self._emit(
+            "summary", budget_s=settings.budget_s, seeds=list(settings.seeds), split=settings.split,
+            commits=[t.commit for t in targets], reproduce=self._same_scale(settings),
+            rank_effects=spearman([r["proxy_effect"] for r in kept], [r["full_effect"] for r in kept]),
+            rank_values=spearman([sign * r["original"]["mean"] for r in measured],
+                                 [sign * r["mean"] for r in measured]),
+            reproduced=[r["commit"] for r in rows if r["reproduce"].get("reproduced")],
+            not_reproduced=[r["commit"] for r in rows if r["reproduce"].get("reproduced") is False],
+            env_changed=any(r["env_changed"] for r in rows))
+
+    def _same_scale(self, settings: ReplaySettings) -> bool:
+        return (settings.split == self.original_split and self.original_budget_s is not None
+                and math.isclose(settings.budget_s, self.original_budget_s))
+
+    def _commit_event(self, target: Target, values: dict[str, dict[int, float]],
+                      found: list[dict[str, Any]], settings: ReplaySettings) -> dict[str, Any]:
+        mine = values[target.commit]
+        reference = self.state.reference(target.commit)
+        original = reference or self.state.ok_values(target.commit)
+        original_kind = "reference" if reference else "selection" if original else None
+        if self._same_scale(settings):
+            groups = self.state.noise_groups() + [list(mine.values())]
+            sd, dof = pooled_sd(groups)
+            reproduce = reproduction(list(original.values()), list(mine.values()), sd, dof)
+        else:
+            reproduce = {"reproduced": None, "why": "budget or split differs from the night's"}
+        experiment = self.state.experiments.get(target.experiment or "")
+        decision = ((experiment.decision or {}).get("decision") or {}) if experiment else {}
+        full = paired_effect(mine, values.get(target.parent, {}), self.direction) \
+            if target.parent in values else None
+        base = self.state.base_commit
+        vs_base = paired_effect(mine, values.get(base, {}), self.direction) \
+            if base in values and base != target.commit else None
+        unique = {(d["field"], str(d["original"]), str(d["current"])): d for d in found}
+        return self._emit(
+            "commit", commit=target.commit, target_role=target.role, experiment=target.experiment,
+            parent=target.parent, budget_s=settings.budget_s, split=settings.split,
+            values={str(s): v for s, v in mine.items()}, n_ok=len(mine),
+            n_failed=len(settings.seeds) - len(mine),
+            mean=statistics.fmean(mine.values()) if mine else None,
+            sd=statistics.stdev(mine.values()) if len(mine) > 1 else None,
+            original={"kind": original_kind, "n": len(original), "budget_s": self.original_budget_s,
+                      "split": self.original_split,
+                      "mean": statistics.fmean(original.values()) if original else None},
+            reproduce=reproduce,
+            proxy_effect=decision.get("effect"), proxy_interval=decision.get("interval"),
+            full_effect=full["effect"] if full else None,
+            full_interval=full["interval"] if full else None,
+            full_effect_vs_base=vs_base["effect"] if vs_base else None,
+            full_interval_vs_base=vs_base["interval"] if vs_base else None,
+            env_changed=any(d["material"] for d in unique.values()), env_diff=list(unique.values()))
+
+    def _environment_changes(self, commit: str, seed: int, run: dict[str, Any]) -> list[dict[str, Any]]:
+        current = read_provenance(self.executor.runs_dir / run["run_id"])
+        original = self._original_provenance(commit, seed)
+        if current is None or original is None:
+            return []
+        return [d.to_dict() for d in compare_environments(original, current)]
+
+    def _original_provenance(self, commit: str, seed: int) -> dict[str, Any] | None:
+        """The night's provenance for this commit and seed, else this commit, else any run."""
+        def rank(run: dict[str, Any]) -> int:
+            return (run["commit"] != commit) * 2 + (run["seed"] != seed)
+        for run in sorted(self.state.runs, key=rank):
+            record = read_provenance(self.tag_dir / "runs" / run["run_id"])
+            if record is not None:
+                return record
+        return None
+
+    def _emit(self, kind: str, **fields: Any) -> dict[str, Any]:
+        event = self.ledger.append("replay", kind=kind, replay_id=self.replay_id, **fields)
+        self.on_event(event)
+        return event
+
+
+def new_replay_dir(tag_dir: Path) -> tuple[str, Path]:
+    """A fresh replay id and its folder under results/<tag>/replays/."""
+    from agent.record.ledger import utc_now
+
+    replay_id = utc_now().replace(":", "").replace("-", "").replace("+0000", "Z")[:15] + \
+        "-" + uuid.uuid4().hex[:4]
+    folder = Path(tag_dir) / REPLAYS_DIR / replay_id
+    folder.mkdir(parents=True)
+    return replay_id, folder
+
+
+def original_budget(events: Iterable[dict[str, Any]]) -> float | None:
+    """The per-run budget the night used (the last loop start or resume that recorded one)."""
+    budget = None
+    for event in events:
+        if event["event"] in ("loop_started", "loop_resumed"):
+            budget = event.get("budget_s") or (event.get("program") or {}).get("budget_s") or budget
+    return budget
+
+
+def build_replayer(program: Any, tag: str, settings: ReplaySettings, *, sandbox: str,
+                   on_event: Callable[[dict[str, Any]], None] = lambda event: None,
+                   runner: Any = None) -> tuple[Replayer, Any]:
+    """Assemble a Replayer for `tag` of `program` the way `nightshift run` assembles a loop
+    (same workspace, data and sandbox choice). Returns it with the tag's workspace, whose
+    `resolve` and `parent` turn user input into commits. Raises FileNotFoundError when the
+    tag has no ledger."""
+    from agent.night.data import prepare_data
+    from agent.record.ledger import fold, read_events
+    from agent.night.runs import RunPlan
+    from agent.night.session import data_cache, gpu_for_runs, results_dir
+    from agent.workspace.repo import Workspace
+    from sandbox import Limits
+
+    tag_dir = results_dir(program, tag)
+    if not (tag_dir / "ledger.jsonl").exists():
+        raise FileNotFoundError(f"no ledger at {tag_dir / 'ledger.jsonl'}; run `nightshift run "
+                                f"--tag {tag}` first, or pass the tag that holds the commits")
+    events = list(read_events(tag_dir))
+    workspace = Workspace.open(program.root, tag, tag_dir / "worktree")
+    data = prepare_data(program.prepare, workspace.path, data_cache())
+    if runner is None:
+        from sandbox.select import make_runner
+
+        runner, _ = make_runner(sandbox, image=program.image)
+    limits = Limits(memory_mb=program.limits.memory_mb, pids=program.limits.pids,
+                    cpus=program.limits.cpus, gpu=gpu_for_runs())
+    plan = RunPlan(command=program.command, metric=program.metric, budget_s=settings.budget_s,
+                   grace_s=program.grace_s, protected=tuple(program.protected), limits=limits,
+                   split=settings.split, target=program.target)
+    replay_id, folder = new_replay_dir(tag_dir)
+    executor = RunExecutor(plan=plan, runner=runner, workspace=workspace, ledger=Ledger(folder),
+                           data=data, results_dir=folder)
+    replayer = Replayer(tag_dir=tag_dir, ledger=Ledger(tag_dir), state=fold(events),
+                        executor=executor, replay_id=replay_id, direction=program.direction,
+                        original_budget_s=original_budget(events) or program.budget_s,
+                        on_event=on_event)
+    return replayer, workspace

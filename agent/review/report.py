@@ -1,0 +1,257 @@
+"""The morning report: one self-contained HTML page (and a PNG of its chart) from a tag's ledger.
+
+`write_report(results/<tag>)` reads only what the night recorded: the ledger, each run's
+provenance.json (diffs, environment), the claude researcher's usage.json, and the replay
+events. It needs no network to view: CSS, the SVG charts and a few lines of JS (sorting and
+filtering the table) are inline, and diffs sit in <details> blocks. Writes:
+
+    results/<tag>/report.html     the page
+    results/<tag>/progress.png    the progress chart, for pasting elsewhere (matplotlib)
+
+Every text that came from a researcher (descriptions, hypotheses, diffs) is HTML-escaped by
+the template engine: an LLM's description cannot inject markup.
+"""
+from __future__ import annotations
+
+import statistics
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agent.decide.decision import pooled_sd
+from agent.record.ledger import Experiment, LoopState, fold, read_events, utc_now
+from agent.record.provenance import read_provenance
+from agent.review.charts import calibration_chart, progress_chart, progress_png
+from agent.decide.scoring import calibration
+
+TEMPLATES = Path(__file__).parent / "templates"
+MAX_DIFF_CHARS = 20_000          # per experiment in the page; the full diff stays in provenance
+FAILED = ("crash", "timeout", "oom", "no_metric", "bad_metric", "tampered", "invalid", "interrupted")
+
+
+@dataclass
+class WrittenReport:
+    html: Path
+    png: Path | None
+    notes: list[str] = field(default_factory=list)
+
+
+def write_report(tag_dir: Path, *, out: Path | None = None, metric: str | None = None,
+                 direction: str | None = None, repo: Path | None = None) -> WrittenReport:
+    """Render results/<tag>/report.html (or `out`) and progress.png next to it."""
+    tag_dir = Path(tag_dir)
+    context = build_context(tag_dir, metric=metric, direction=direction, repo=repo)
+    html_path = Path(out) if out else tag_dir / "report.html"
+    html_path.parent.mkdir(parents=True, exist_ok=True)
+    html_path.write_text(render(context), encoding="utf-8")
+    png, notes = None, []
+    try:
+        png = progress_png(context["chart_data"], html_path.with_name("progress.png"),
+                           title=f"{context['tag']}: {context['metric']}")
+    except ImportError:
+        notes.append("progress.png skipped: matplotlib is not installed (pip install matplotlib)")
+    return WrittenReport(html_path, png, notes)
+
+
+def render(context: dict[str, Any]) -> str:
+    """The HTML page. Fields missing from older or partial events render as "–", not errors."""
+    import jinja2
+
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
+                             undefined=jinja2.ChainableUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters["num"] = _num
+    env.filters["signed"] = lambda v, digits=4: "–" if _absent(v) else f"{v:+.{digits}f}"
+    env.filters["interval"] = lambda v, digits=4: "" if _absent(v) or not v else \
+        f"[{v[0]:+.{digits}f}, {v[1]:+.{digits}f}]"
+    env.filters["short"] = lambda sha: "" if _absent(sha) else str(sha)[:8]
+    env.filters["duration"] = _duration
+    return env.get_template("report.html.j2").render(**context)
+
+
+def _absent(value: Any) -> bool:
+    import jinja2
+
+    return value is None or isinstance(value, jinja2.Undefined)
+
+
+def _num(value: Any, digits: int = 4) -> str:
+    if _absent(value):
+        return "–"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return f"{value:.{digits}f}"
+
+
+def _duration(seconds: float | None) -> str:
+    if _absent(seconds) or not seconds:
+        return "–"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _mean(values: list[float]) -> float | None:
+    return statistics.fmean(values) if values else None
+
+
+def build_context(tag_dir: Path, *, metric: str | None = None, direction: str | None = None,
+                  repo: Path | None = None) -> dict[str, Any]:
+    """Everything the template shows, as plain data (also handy for tests and notebooks)."""
+    events = list(read_events(tag_dir))
+    state = fold(events)
+    started = next((e for e in events if e["event"] == "loop_started"), {})
+    program = started.get("program") or {}
+    metric = program.get("metric") or metric or "val_bpb"
+    direction = program.get("direction") or direction or "minimize"
+    sd, dof = pooled_sd(state.noise_groups())
+    invalid_diffs = {e["id"]: e.get("diff") or "" for e in events if e["event"] == "experiment_invalid"}
+    experiments = [_experiment_row(e, tag_dir, repo, invalid_diffs) for e in state.experiments.values()]
+    counts: dict[str, int] = {}
+    for row in experiments:
+        counts[row["verdict"]] = counts.get(row["verdict"], 0) + 1
+    base_ref = list(state.reference(state.base_commit).values()) if state.base_commit else []
+    best = _level(state, state.incumbent) if state.incumbent else None
+    baseline = _mean(base_ref)
+    sign = -1 if direction == "minimize" else 1
+    chart_data = _chart_data(state, experiments, baseline, sd, direction)
+    return {
+        "tag": state.tag or tag_dir.name, "metric": metric, "direction": direction,
+        "generated": utc_now(), "started": started.get("time"),
+        "ended": events[-1]["time"] if events else None,
+        "base_commit": state.base_commit, "incumbent": state.incumbent,
+        "facts": {k: started.get(k) for k in ("researcher", "sandbox", "rule", "budget_s",
+                                              "corpus_hash") if started.get(k) is not None},
+        "program": program, "stopped": state.stopped_reason,
+        "in_flight": state.in_flight, "counts": dict(sorted(counts.items())),
+        "n_experiments": len(experiments), "n_kept": len(state.kept()),
+        "n_runs": len(state.runs), "compute_s": sum(r.get("duration_s") or 0 for r in state.runs),
+        "baseline": {"mean": baseline, "sd": statistics.stdev(base_ref) if len(base_ref) > 1 else None,
+                     "n": len(base_ref)},
+        "best": best,
+        "improvement": sign * (best["mean"] - baseline) if best and best["mean"] is not None
+        and baseline is not None and state.incumbent != state.base_commit else None,
+        "noise": {"sd": sd, "dof": dof},
+        "experiments": experiments,
+        "chart": progress_chart(chart_data, metric=metric),
+        "chart_data": chart_data,
+        "calibration": calibration((e.decision or {}).get("score") for e in state.experiments.values()),
+        "calibration_chart": calibration_chart(experiments),
+        "cost": _cost(tag_dir, len(experiments), len(state.kept())),
+        "replays": _replays(events, state),
+        "environment": _environment(state, tag_dir),
+    }
+
+
+def _level(state: LoopState, commit: str) -> dict[str, Any]:
+    """A commit's metric from its fresh reference runs (unbiased), else its selecting runs."""
+    reference = list(state.reference(commit).values())
+    values = reference or list(state.ok_values(commit).values())
+    return {"mean": _mean(values), "n": len(values), "fresh": bool(reference),
+            "sd": statistics.stdev(values) if len(values) > 1 else None}
+
+
+def _experiment_row(experiment: Experiment, tag_dir: Path, repo: Path | None,
+                    invalid_diffs: dict[str, str]) -> dict[str, Any]:
+    decision_event = experiment.decision or {}
+    decision = decision_event.get("decision") or {}
+    score = decision_event.get("score") or {}
+    values = [r["metric"] for r in experiment.runs if r["status"] == "ok"]
+    reason = experiment.invalid_reason or decision_event.get("reason") or ""
+    diff = invalid_diffs.get(experiment.id) or _diff(experiment, tag_dir, repo)
+    return {
+        "id": experiment.id, "commit": experiment.commit, "parent": experiment.parent,
+        "verdict": experiment.verdict or "running", "description": experiment.description,
+        "hypothesis": experiment.hypothesis, "researcher": experiment.researcher,
+        "effect": decision.get("effect"), "interval": decision.get("interval"),
+        "p_value": decision.get("p_value"), "mean": _mean(values),
+        "n_ok": len(values), "n_runs": len(experiment.runs),
+        "duration_s": sum(r.get("duration_s") or 0 for r in experiment.runs),
+        "prediction": experiment.prediction, "score": score or None,
+        "reason": reason if experiment.verdict not in ("keep", "discard") else "",
+        "diff": diff[:MAX_DIFF_CHARS], "diff_clipped": len(diff) > MAX_DIFF_CHARS,
+        "time": decision_event.get("time"),
+    }
+
+
+def _diff(experiment: Experiment, tag_dir: Path, repo: Path | None) -> str:
+    """From a candidate run's provenance, else git (when the repository is at hand)."""
+    for run in experiment.runs:
+        record = read_provenance(tag_dir / "runs" / run["run_id"]) or {}
+        if record.get("diff"):
+            return record["diff"]
+    if repo is not None and experiment.commit and experiment.parent:
+        done = subprocess.run(["git", "-C", str(repo), "diff", "--no-color", experiment.parent,
+                               experiment.commit], capture_output=True, text=True, errors="replace")
+        if done.returncode == 0:
+            return done.stdout
+    return ""
+
+
+def _chart_data(state: LoopState, rows: list[dict[str, Any]], baseline: float | None,
+                sd: float | None, direction: str) -> dict[str, Any]:
+    """Points (one per experiment), the kept frontier as steps, and the noise band around it."""
+    points = [{"x": i, "y": row["mean"], "verdict": row["verdict"], "id": row["id"],
+               "label": f"{row['id']} [{row['verdict']}] {row['description'][:80]}"
+                        + (f" — {row['mean']:.4f}" if row["mean"] is not None else "")}
+              for i, row in enumerate(rows, start=1)]
+    frontier = []
+    if baseline is not None:
+        frontier.append((0, baseline))
+    for i, experiment in enumerate(state.experiments.values(), start=1):
+        if experiment.verdict == "keep":
+            level = _level(state, experiment.commit)["mean"]
+            if level is not None:
+                frontier.append((i, level))
+    return {"points": points, "frontier": frontier, "sd": sd, "direction": direction,
+            "n": len(rows)}
+
+
+def _cost(tag_dir: Path, n_experiments: int, n_kept: int) -> dict[str, Any] | None:
+    from agent.researchers.usage import USAGE_FIELDS, read_usage
+
+    usage = read_usage(tag_dir)
+    if not usage:
+        return None
+    tokens = {k: usage.get(k) or 0 for k in USAGE_FIELDS}
+    usd = usage.get("usd")
+    return {"tokens": tokens, "total_tokens": sum(tokens.values()), "usd": usd,
+            "calls": usage.get("calls"), "proposals": usage.get("proposals"),
+            "model": usage.get("model"), "errors": usage.get("errors") or {},
+            "usd_per_experiment": usd / n_experiments if usd is not None and n_experiments else None,
+            "usd_per_keep": usd / n_kept if usd is not None and n_kept else None}
+
+
+def _replays(events: list[dict[str, Any]], state: LoopState) -> list[dict[str, Any]]:
+    """One entry per replay: its summary and the per-commit rows, in the order they ran."""
+    found: dict[str, dict[str, Any]] = {}
+    for event in events:
+        if event["event"] != "replay":
+            continue
+        entry = found.setdefault(event["replay_id"], {"id": event["replay_id"], "summary": None,
+                                                      "commits": [], "runs": 0, "failed": 0})
+        if event["kind"] == "summary":
+            entry["summary"] = event
+        elif event["kind"] == "commit":
+            experiment = state.experiments.get(event.get("experiment") or "")
+            entry["commits"].append({**event, "description":
+                                     experiment.description if experiment else event["target_role"]})
+        elif event["kind"] == "run":
+            entry["runs"] += 1
+            entry["failed"] += event["status"] != "ok"
+    return list(found.values())
+
+
+def _environment(state: LoopState, tag_dir: Path) -> dict[str, Any]:
+    """The latest run's recorded environment, and whether the night saw more than one."""
+    fingerprints = sorted({r.get("env_fingerprint") for r in state.runs if r.get("env_fingerprint")})
+    for run in reversed(state.runs):
+        record = read_provenance(tag_dir / "runs" / run["run_id"])
+        if record:
+            return {"facts": record.get("environment") or {}, "sandbox": record.get("sandbox") or {},
+                    "data": record.get("data_meta") or {}, "command": record.get("command"),
+                    "split": record.get("split"), "fingerprints": fingerprints}
+    return {"facts": {}, "sandbox": {}, "data": {}, "command": None, "split": None,
+            "fingerprints": fingerprints}

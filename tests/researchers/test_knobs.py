@@ -1,0 +1,161 @@
+"""The knob annotation grammar: parsing, errors that name the line, and value rewriting."""
+from pathlib import Path
+
+import pytest
+
+from agent.researchers.knobs import (
+    KnobError, format_float, knob_values, parse_assignments, parse_knobs, set_knobs,
+)
+
+SOURCE = '''"""A fake target. # search: log(1, 2) inside a string is not an annotation."""
+import math
+
+# ---- knobs
+LR = 3e-3              # peak learning rate  # search: log(1e-4, 3e-2)
+N_LAYER: int = 4       # transformer blocks  # search: int(2, 8)
+OPTIMIZER = "adamw"    # search: choice("adamw", 'muon', None)
+USE_BIAS = False       # search: choice(True, False)
+WEIGHT_DECAY = 0       # search: float(0, 0.3)
+TOKENS = 1_000_000     # search: int(1_000, 10_000_000)
+NOT_A_KNOB = 7         # plain comment
+lowercase = 1
+
+def f():
+    BATCH = 2  # search: int(1, 3)
+'''
+
+
+def _without_function(source: str) -> str:
+    return source.split("\ndef f")[0] + "\n"
+
+
+def test_parses_every_space_kind_with_lines_and_docs():
+    knobs = {k.name: k for k in parse_knobs(_without_function(SOURCE))}
+    assert list(knobs) == ["LR", "N_LAYER", "OPTIMIZER", "USE_BIAS", "WEIGHT_DECAY", "TOKENS"]
+    lr = knobs["LR"]
+    assert (lr.kind, lr.value, lr.low, lr.high, lr.line, lr.doc) == ("log", 3e-3, 1e-4, 3e-2, 5, "peak learning rate")
+    assert (knobs["N_LAYER"].kind, knobs["N_LAYER"].value, knobs["N_LAYER"].low, knobs["N_LAYER"].high) == ("int", 4, 2, 8)
+    assert knobs["OPTIMIZER"].choices == ("adamw", "muon", None)
+    assert knobs["USE_BIAS"].choices == (True, False) and knobs["USE_BIAS"].value is False
+    assert knobs["WEIGHT_DECAY"].kind == "float" and knobs["WEIGHT_DECAY"].low == 0.0
+    assert knobs["TOKENS"].value == 1_000_000 and knobs["TOKENS"].high == 10_000_000
+
+
+def test_annotation_off_an_assignment_line_is_an_error_naming_it():
+    with pytest.raises(KnobError, match=r"line 15: a '# search:' annotation must end"):
+        parse_knobs(SOURCE)
+
+
+@pytest.mark.parametrize("line, message", [
+    ("X = 1  # search: uniform(0, 1)", r"line 2: unknown search space kind 'uniform'"),
+    ("X = 1.0  # search: float(1, 1)", r"line 2: float\(lo, hi\) needs lo < hi"),
+    ("X = 1.0  # search: float(2, 1)", r"line 2: .*lo < hi"),
+    ("X = 0.1  # search: log(0, 1)", r"line 2: log\(lo, hi\) needs lo > 0"),
+    ("X = 2  # search: int(1.5, 4)", r"line 2: int\(lo, hi\) needs integer bounds"),
+    ("X = 2.5  # search: int(1, 4)", r"line 2: .*not an int"),
+    ("X = 'a'  # search: float(0, 1)", r"line 2: .*is not a number"),
+    ("X = 2 * 3  # search: int(1, 9)", r"line 2: the value of knob X must be a literal"),
+    ("X = 1  # search: choice(1)", r"line 2: choice\(...\) needs at least two options"),
+    ("X = 1  # search: choice(1, 1)", r"line 2: choice\(...\) lists an option twice"),
+    ("X = 1  # search: choice(1, [2])", r"line 2: choice options must be"),
+    ("X = 1  # search: int(1, 3) trailing", r"line 2: cannot read the annotation"),
+    ("x = 1  # search: int(1, 3)", r"line 2: knob names are ALL_CAPS"),
+    ("X = Y = 1  # search: int(1, 3)", r"line 2: a knob assigns exactly one name"),
+])
+def test_errors_name_the_line_and_the_problem(line, message):
+    with pytest.raises(KnobError, match=message):
+        parse_knobs(f"import os\n{line}\n")
+
+
+def test_duplicate_and_reassigned_knobs_are_errors():
+    with pytest.raises(KnobError, match=r"line 2: duplicate knob X \(first annotated on line 1\)"):
+        parse_knobs("X = 1  # search: int(1, 3)\nX = 2  # search: int(1, 3)\n")
+    with pytest.raises(KnobError, match=r"line 3: knob X \(annotated on line 1\) is assigned again"):
+        parse_knobs("X = 1  # search: int(1, 3)\nY = 2\nX += 1\n")
+
+
+def test_multi_line_assignment_cannot_be_a_knob():
+    with pytest.raises(KnobError, match="line 3"):
+        parse_knobs("X = (\n  1 +\n  2)  # search: int(1, 9)\n")
+
+
+def test_value_outside_the_space_parses_and_contains_says_so():
+    (knob,) = parse_knobs("LR = 0.5  # search: log(1e-4, 3e-2)\n")
+    assert knob.value == 0.5 and not knob.contains(0.5) and knob.contains(1e-3)
+    (choice,) = parse_knobs("B = True  # search: choice(1, 2)\n")
+    assert not choice.contains(True) and choice.contains(1)   # True is not 1 here
+
+
+def test_set_knobs_round_trips_and_keeps_comment_columns():
+    source = _without_function(SOURCE)
+    new = {"LR": 0.00012345, "N_LAYER": 6.0, "OPTIMIZER": "muon", "USE_BIAS": True,
+           "WEIGHT_DECAY": 0.1, "TOKENS": 20000}
+    out = set_knobs(source, new)
+    values = knob_values(out)
+    assert values == {**new, "N_LAYER": 6}
+    assert isinstance(values["N_LAYER"], int) and isinstance(values["WEIGHT_DECAY"], float)
+    before, after = source.splitlines(), out.splitlines()
+    changed = [i for i, (a, b) in enumerate(zip(before, after)) if a != b]
+    assert [before[i].split("=")[0] for i in changed] == ["LR ", "N_LAYER: int ", "OPTIMIZER ",
+                                                           "USE_BIAS ", "WEIGHT_DECAY ", "TOKENS "]
+    for i in changed:   # the comment stays in its column and the text after the value is intact
+        assert before[i].index("#") == after[i].index("#")
+        assert before[i][before[i].index("#"):] == after[i][after[i].index("#"):]
+    assert "LR = 1.2345e-4         # peak" in out
+    assert 'OPTIMIZER = "muon"' in out          # keeps the double quotes of the original
+    assert "TOKENS = 20_000" in out              # keeps the digit grouping of the original
+
+
+def test_long_value_pushes_comment_keeping_two_spaces():
+    out = set_knobs("LR = 1e-3  # search: float(0, 1)\n", {"LR": 0.123456789})
+    assert out == "LR = 0.123456789  # search: float(0, 1)\n"
+
+
+def test_set_knobs_rejects_unknown_names_and_wrong_types():
+    source = "LR = 1e-3  # search: log(1e-4, 1e-1)\nN = 2  # search: int(1, 4)\n"
+    with pytest.raises(KnobError, match="no annotated knob named FOO"):
+        set_knobs(source, {"FOO": 1})
+    with pytest.raises(KnobError, match="N .*takes an int"):
+        set_knobs(source, {"N": 2.5})
+    with pytest.raises(KnobError, match="LR .*takes a number"):
+        set_knobs(source, {"LR": "fast"})
+
+
+@pytest.mark.parametrize("value, text", [
+    (0.003, "3e-3"), (1e-5, "1e-5"), (0.05, "0.05"), (1.5, "1.5"), (0.0, "0.0"),
+    (123456.0, "1.23456e5"), (-2e-7, "-2e-7"), (100.0, "100.0"), (0.00012345, "1.2345e-4"),
+])
+def test_float_formatting_is_compact_and_round_trips(value, text):
+    assert format_float(value) == text
+    assert float(text) == value
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("LR=1e-3", {"LR": 1e-3}),
+    ("set N_LAYER to 6", {"N_LAYER": 6}),
+    ("try lr = 1e-3, n_layer = 3.", {"LR": 1e-3, "N_LAYER": 3}),
+    ("set OPTIMIZER to muon", {"OPTIMIZER": "muon"}),
+    ("LR: 0.01 and USE_BIAS = True", {"LR": 0.01, "USE_BIAS": True}),
+])
+def test_assignment_hypotheses_are_read(text, expected):
+    knobs = parse_knobs(_without_function(SOURCE))
+    assert parse_assignments(text, knobs) == expected
+
+
+@pytest.mark.parametrize("text", ["try RoPE base 50k", "FOO=1", "N_LAYER=2.5", "make LR bigger", ""])
+def test_prose_hypotheses_are_refused(text):
+    with pytest.raises(KnobError):
+        parse_assignments(text, parse_knobs(_without_function(SOURCE)))
+
+
+def test_the_real_training_script_parses_and_round_trips():
+    path = Path(__file__).resolve().parents[2] / "train" / "train.py"
+    source = path.read_text()
+    knobs = parse_knobs(source)
+    assert {"LR", "N_LAYER"} <= {k.name for k in knobs}
+    assert all(k.contains(k.value) for k in knobs), "the shipped defaults lie inside their spaces"
+    lr = next(k for k in knobs if k.name == "LR")
+    out = set_knobs(source, {"LR": lr.low})
+    assert knob_values(out)["LR"] == lr.low
+    assert len(out.splitlines()) == len(source.splitlines())
+    assert sum(a != b for a, b in zip(out.splitlines(), source.splitlines())) == 1

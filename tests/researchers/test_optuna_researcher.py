@@ -1,0 +1,196 @@
+"""The Optuna researcher: knob proposals, a persisted study, hypotheses, predictions."""
+from pathlib import Path
+
+import optuna
+import pytest
+
+from agent.researchers.knobs import knob_values, parse_knobs
+from agent.researchers.prediction_stats import TriedConfig, knob_distance, predict_delta
+from agent.researchers.base import Outcome, ResearchContext, ResearcherError
+from agent.researchers.optuna_researcher import OptunaResearcher
+
+SOURCE = '''"""A fake training script."""
+LR = 3e-3              # peak learning rate  # search: log(1e-4, 3e-2)
+N_LAYER = 4            # transformer blocks  # search: int(2, 8)
+OPTIMIZER = "adamw"    # search: choice("adamw", "muon")
+WARMUP_FRAC = 0.05     # search: float(0.0, 0.3)
+
+print(LR * N_LAYER)
+'''
+
+
+def context(index: int, source: str = SOURCE, hypotheses=(), noise_sd=0.01,
+            incumbent_value=1.0) -> ResearchContext:
+    return ResearchContext(
+        program_text="", target="train.py", incumbent_source=source, incumbent_commit="c0",
+        protected={}, ledger_summary="", metric="val_bpb", direction="minimize",
+        noise_sd=noise_sd, incumbent_value=incumbent_value, experiment_index=index,
+        hypotheses=tuple(hypotheses))
+
+
+def fake_metric(source: str) -> float:
+    """A deterministic landscape: best near LR=1e-3, deeper is slightly better."""
+    import math
+    v = knob_values(source)
+    return 1.0 + 0.1 * abs(math.log10(v["LR"]) + 3) - 0.01 * v["N_LAYER"]
+
+
+def run(researcher: OptunaResearcher, indices, source: str = SOURCE):
+    proposals = []
+    for i in indices:
+        p = researcher.propose(context(i, source))
+        researcher.observe(p, Outcome(f"e{i}", "discard", None, fake_metric(p.source)))
+        proposals.append(p)
+    return proposals
+
+
+def completed(state_dir: Path) -> list[optuna.trial.FrozenTrial]:
+    study = optuna.load_study(study_name="nightshift", storage=f"sqlite:///{state_dir / 'optuna.db'}")
+    return study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
+
+
+def test_proposals_change_one_or_two_knobs_within_bounds(tmp_path):
+    knobs = {k.name: k for k in parse_knobs(SOURCE)}
+    incumbent = knob_values(SOURCE)
+    for p in run(OptunaResearcher(tmp_path, seed=3), range(1, 7)):
+        values = knob_values(p.source)
+        changed = {n for n in values if values[n] != incumbent[n]}
+        assert 1 <= len(changed) <= 2 and p.source != SOURCE
+        assert all(knobs[n].contains(values[n]) for n in changed)
+        assert set(p.extra["params"]) == changed
+        assert p.source.splitlines()[5:] == SOURCE.splitlines()[5:]   # code untouched
+        for name in changed:
+            assert f"{name} " in p.description and " -> " in p.description
+
+
+def test_same_seed_same_proposals_and_another_seed_differs(tmp_path):
+    first = [p.source for p in run(OptunaResearcher(tmp_path / "a", seed=7), range(1, 4))]
+    again = [p.source for p in run(OptunaResearcher(tmp_path / "b", seed=7), range(1, 4))]
+    other = [p.source for p in run(OptunaResearcher(tmp_path / "c", seed=8), range(1, 4))]
+    assert first == again
+    assert first != other
+
+
+def test_study_persists_and_a_new_researcher_continues_numbering(tmp_path):
+    run(OptunaResearcher(tmp_path, seed=0), [1, 2])
+    assert (tmp_path / "optuna.db").exists()
+    resumed = OptunaResearcher(tmp_path, seed=0)
+    (p,) = run(resumed, [3])
+    assert p.extra["trial"] == 2
+    assert [t.number for t in completed(tmp_path)] == [0, 1, 2]
+
+
+def test_observe_without_a_value_marks_the_trial_failed(tmp_path):
+    researcher = OptunaResearcher(tmp_path)
+    p = researcher.propose(context(1))
+    researcher.observe(p, Outcome("e1", "crash", None, None, "exit 1"))
+    trial = researcher.study.trials[p.extra["trial"]]
+    assert trial.state == optuna.trial.TrialState.FAIL
+    assert trial.user_attrs["verdict"] == "crash"
+    stranger = type(p)(source="", description="", hypothesis="", prediction=p.prediction,
+                       extra={"trial": 99})
+    researcher.observe(stranger, Outcome("e9", "discard", 0.0, 1.0))   # unknown trial: ignored
+    assert len(researcher.study.trials) == 1
+
+
+def test_trial_orphaned_by_a_restart_is_failed_then_recovered_when_observed(tmp_path):
+    p = OptunaResearcher(tmp_path).propose(context(1))          # the process "dies" here
+    resumed = OptunaResearcher(tmp_path)
+    assert resumed.study.trials[p.extra["trial"]].state == optuna.trial.TrialState.FAIL
+    resumed.observe(p, Outcome("e1", "discard", 0.02, 1.02))    # the loop finished it anyway
+    resumed.observe(p, Outcome("e1", "discard", 0.02, 1.02))    # told twice: no crash, no copy
+    (recovered,) = completed(tmp_path)
+    assert recovered.value == 1.02 and recovered.user_attrs["recovered_from_trial"] == 0
+    assert recovered.params == resumed.study.trials[0].params
+
+
+def test_knob_assignment_hypothesis_goes_first_and_prose_is_left(tmp_path):
+    researcher = OptunaResearcher(tmp_path)
+    hypotheses = [("h1", "try RoPE base 50k"), ("h2", "set N_LAYER to 6")]
+    p = researcher.propose(context(1, hypotheses=hypotheses))
+    assert p.hypothesis_id == "h2" and p.hypothesis == "set N_LAYER to 6"
+    assert knob_values(p.source) == {**knob_values(SOURCE), "N_LAYER": 6}
+    assert p.description == "N_LAYER 4 -> 6"
+    assert [s["id"] for s in p.extra["skipped_hypotheses"]] == ["h1"]
+    assert researcher.study.trials[p.extra["trial"]].params["N_LAYER"] == 6
+
+
+def test_hypothesis_outside_the_space_is_run_but_kept_out_of_the_study_params(tmp_path):
+    researcher = OptunaResearcher(tmp_path)
+    p = researcher.propose(context(1, hypotheses=[("h1", "LR=0.5")]))
+    assert knob_values(p.source)["LR"] == 0.5 and p.hypothesis_id == "h1"
+    trial = researcher.study.trials[p.extra["trial"]]
+    assert "LR" not in trial.params and trial.user_attrs["config"]["LR"] == 0.5
+    researcher.observe(p, Outcome("e1", "discard", 0.5, 1.5))   # and it can be told
+
+
+def test_incumbent_outside_its_space_still_gets_proposals(tmp_path):
+    source = SOURCE.replace("LR = 3e-3  ", "LR = 0.5   ")
+    assert knob_values(source)["LR"] == 0.5
+    for p in run(OptunaResearcher(tmp_path, seed=1), range(1, 5), source=source):
+        assert p.source != source
+
+
+def test_a_sampled_duplicate_of_the_incumbent_is_nudged(tmp_path):
+    source = "USE_BIAS = True  # search: choice(True, False)\n"
+    researcher = OptunaResearcher(tmp_path, seed=0)
+    for i in range(1, 5):
+        p = researcher.propose(context(i, source))
+        assert p.source == "USE_BIAS = False  # search: choice(True, False)\n"
+        researcher.observe(p, Outcome(f"e{i}", "discard", 0.0, 1.0))
+    skipped = [t for t in researcher.study.trials if "skipped" in t.user_attrs]
+    assert skipped, "with this seed TPE draws the incumbent's value at least once"
+    assert all(t.state == optuna.trial.TrialState.FAIL for t in skipped)
+
+
+def test_prediction_starts_as_a_noise_prior_then_uses_the_history(tmp_path):
+    researcher = OptunaResearcher(tmp_path, seed=2)
+    first = researcher.propose(context(1, noise_sd=None))
+    pred = first.prediction
+    assert (pred.direction, pred.expected_delta, pred.interval, pred.confidence) == ("same", 0.0, (-0.1, 0.1), 0.8)
+    assert first.extra["prediction_method"] == "prior"
+    researcher.observe(first, Outcome("e1", "discard", None, fake_metric(first.source)))
+    run(researcher, [2, 3])
+    later = researcher.propose(context(4, noise_sd=0.01))
+    pred = later.prediction
+    assert later.extra["prediction_method"] == "knn"
+    assert pred.interval[0] <= pred.expected_delta <= pred.interval[1]
+    assert pred.interval[1] - pred.interval[0] >= 4 * 0.01      # never narrower than the noise
+    assert pred.direction in ("improve", "worsen", "same") and "k-NN" in pred.rationale
+
+
+def test_knn_prediction_follows_the_measured_landscape():
+    (lr,) = parse_knobs("LR = 1e-3  # search: log(1e-4, 1e-1)\n")
+    history = [TriedConfig({"LR": v}, value) for v, value in
+               [(1e-4, 1.30), (2e-4, 1.28), (1e-3, 1.00), (1.2e-3, 1.01), (5e-2, 1.50), (1e-1, 1.60)]]
+    common = dict(incumbent_value=1.0, noise_sd=0.01, direction="minimize", k=2)
+    worse = predict_delta([lr], history, {"LR": 8e-2}, {"LR": 1e-3}, **common)
+    assert worse.direction == "worsen" and worse.expected_delta == pytest.approx(0.55)
+    near = predict_delta([lr], history, {"LR": 1.1e-3}, {"LR": 1e-3}, **common)
+    assert near.direction == "same" and abs(near.expected_delta) <= 0.01
+    maximize = predict_delta([lr], history, {"LR": 8e-2}, {"LR": 1e-3}, **{**common, "direction": "maximize"})
+    assert maximize.direction == "improve"
+    assert knob_distance([lr], {"LR": 1e-4}, {"LR": 1e-1}) == pytest.approx(1.0)
+
+
+def test_direction_mismatch_with_the_stored_study_is_refused(tmp_path):
+    OptunaResearcher(tmp_path, direction="minimize")
+    with pytest.raises(ResearcherError, match="maximize"):
+        OptunaResearcher(tmp_path, direction="maximize")
+
+
+def test_a_target_without_knobs_stops_with_a_fix(tmp_path):
+    with pytest.raises(ResearcherError, match="no annotated knobs"):
+        OptunaResearcher(tmp_path).propose(context(1, source="X = 1\n"))
+    with pytest.raises(ResearcherError, match="train.py: line 1"):
+        OptunaResearcher(tmp_path).propose(context(1, source="X = 1  # search: nope(1)\n"))
+
+
+def test_proposes_on_the_real_training_script(tmp_path):
+    path = Path(__file__).resolve().parents[2] / "train" / "train.py"
+    source = path.read_text()
+    knobs = {k.name: k for k in parse_knobs(source)}
+    p = OptunaResearcher(tmp_path, seed=0).propose(context(1, source=source))
+    before, after = knob_values(source), knob_values(p.source)
+    changed = [n for n in after if after[n] != before[n]]
+    assert 1 <= len(changed) <= 2 and all(knobs[n].contains(after[n]) for n in changed)

@@ -1,0 +1,138 @@
+"""The morning report renders for any ledger, is self-contained, and draws in a real browser."""
+import html
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agent.record.ledger import Ledger
+from agent.review.report import build_context, write_report
+from tests.ledger_factory import synthetic_night
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="needs Chromium: apt-get install -y chromium")
+
+# Injected at the top of <head> of a copy of the report: records script errors, failed loads
+# (capture phase sees them), console.error and every resource the page fetched, then exercises
+# the table's sorting and filtering, and writes what it saw into the DOM for --dump-dom.
+PROBE = """<script>
+window.__errors = [];
+window.addEventListener("error", function (e) {
+  window.__errors.push(e.message || ("failed to load " + ((e.target && (e.target.src || e.target.href)) || "?")));
+}, true);
+window.addEventListener("unhandledrejection", function (e) { window.__errors.push("rejection: " + e.reason); });
+var __consoleError = console.error;
+console.error = function () { window.__errors.push("console.error: " + Array.prototype.join.call(arguments, " ")); };
+window.addEventListener("load", function () {
+  var table = document.getElementById("experiments");
+  var headers = table.tHead.rows[0].cells;
+  for (var i = 0; i < headers.length; i++) { if (headers[i].getAttribute("data-sort")) headers[i].click(); }
+  var filter = document.getElementById("verdict-filter");
+  filter.value = "keep"; filter.dispatchEvent(new Event("change"));
+  var visibleKept = Array.prototype.filter.call(table.tBodies[0].rows, function (r) { return r.style.display !== "none"; }).length;
+  var svg = document.getElementById("progress-svg").getBoundingClientRect();
+  var probe = document.createElement("pre");
+  probe.id = "__probe";
+  probe.textContent = JSON.stringify({
+    errors: window.__errors,
+    resources: performance.getEntriesByType("resource").map(function (r) { return r.name; }),
+    points: document.querySelectorAll("#progress-svg .point").length,
+    frontier: !!document.querySelector("#progress-svg .frontier"),
+    rows: table.tBodies[0].rows.length, visible_kept: visibleKept,
+    svg_width: svg.width, svg_height: svg.height
+  });
+  document.body.appendChild(probe);
+});
+</script>"""
+
+
+def open_in_chromium(report: Path, tmp_path: Path) -> dict:
+    page = tmp_path / "probe.html"
+    page.write_text(report.read_text(encoding="utf-8").replace("<head>", "<head>" + PROBE, 1),
+                    encoding="utf-8")
+    done = subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--no-first-run",
+         f"--user-data-dir={tmp_path / 'chromium-profile'}", "--virtual-time-budget=10000",
+         "--dump-dom", page.as_uri()],
+        capture_output=True, text=True, timeout=180)
+    found = re.search(r'<pre id="__probe">(.*?)</pre>', done.stdout, re.S)
+    assert found, f"the page did not finish loading in Chromium:\n{done.stderr[-2000:]}"
+    return json.loads(html.unescape(found.group(1)))
+
+
+def experiment_count(tag_dir: Path) -> int:
+    return len(build_context(tag_dir)["experiments"])
+
+
+@pytest.fixture(scope="module")
+def long_night(tmp_path_factory):
+    """500 synthetic experiments (written once for the module: it takes seconds)."""
+    return synthetic_night(tmp_path_factory.mktemp("long") / "long", experiments=500)
+
+
+def test_report_of_an_empty_tag_says_so(tmp_path):
+    Ledger(tmp_path / "empty")
+    written = write_report(tmp_path / "empty")
+    page = written.html.read_text()
+    assert "No experiments yet." in page and "no measurements yet" in page
+    assert written.png and written.png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_report_of_crashes_only_lists_every_failure(tmp_path):
+    tag = synthetic_night(tmp_path / "crashes", experiments=6, crashes_only=True)
+    context = build_context(tag)
+    assert context["n_kept"] == 0 and context["improvement"] is None
+    assert sum(context["counts"].values()) == 6 and "keep" not in context["counts"]
+    assert context["chart"]["failed"] == 6
+    page = write_report(tag).html.read_text()
+    assert page.count('class="point cross') == 6
+
+
+def test_long_report_escapes_researcher_text_and_keeps_diffs(long_night, tmp_path):
+    written = write_report(long_night, out=tmp_path / "report.html")
+    page = written.html.read_text()
+    assert "<script>x</script>" not in page and "&lt;script&gt;x&lt;/script&gt;" in page
+    assert "<b>&amp;</b>" not in page
+    assert page.count("<tr class=") == 500
+    assert "+LR = 42e-4" in page                      # a diff, from the run's provenance.json
+    assert "Spearman rank correlation" in page and "torch" in page
+    assert "$12.34" in page                           # the researcher's usage.json
+    assert not re.search(r'(src|href)="(https?:)?//', page), "the report must not load anything"
+
+
+@needs_chromium
+@pytest.mark.parametrize("kind", ["empty", "crashes", "long"])
+def test_report_draws_in_headless_chromium_without_errors(tmp_path, kind, long_night):
+    tag = long_night if kind == "long" else tmp_path / kind
+    if kind == "empty":
+        Ledger(tag)
+    elif kind == "crashes":
+        synthetic_night(tag, experiments=6, crashes_only=True)
+    n = experiment_count(tag)
+    seen = open_in_chromium(write_report(tag, out=tmp_path / "report.html").html, tmp_path)
+    assert seen["errors"] == []
+    assert seen["resources"] == []                  # self-contained: nothing fetched
+    assert seen["rows"] == n and seen["points"] == n
+    assert seen["svg_width"] > 300 and seen["svg_height"] > 100
+    if kind == "long":
+        assert seen["frontier"] and 0 < seen["visible_kept"] < n
+
+
+def test_cli_report_writes_html_and_png(tmp_path):
+    (tmp_path / "program.md").write_text("---\nmetric: val_bpb\n---\nprose\n")
+    synthetic_night(tmp_path / "results" / "night1", experiments=20)
+    done = subprocess.run([sys.executable, "-m", "agent.cli", "report", "--tag", "night1",
+                           "--program", str(tmp_path / "program.md")],
+                          capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (tmp_path / "results" / "night1" / "report.html").exists()
+    assert (tmp_path / "results" / "night1" / "progress.png").exists()
+    missing = subprocess.run([sys.executable, "-m", "agent.cli", "report", "--tag", "nope",
+                              "--program", str(tmp_path / "program.md")],
+                             capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2])
+    assert missing.returncode == 1 and "night1" in missing.stderr

@@ -1,0 +1,337 @@
+"""The Docker backend against a real engine: hostile experiments end with the right status,
+the harness is unharmed, no container is left behind, and the next run is normal.
+
+Needs a Docker engine (`.ci/dockerd.sh start`); skipped, saying so, when none answers.
+The image is the offline host-mode one (`python -m sandbox.image build --mode host`),
+built here under a test tag when missing.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+from tests import hostile
+import pytest
+
+from sandbox.protocol import Limits, RunSpec, SandboxUnavailable, Status
+
+pytestmark = pytest.mark.docker
+
+TEST_TAG = "nightshift:test"
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def client():
+    from sandbox.docker import connect
+
+    try:
+        client = connect(timeout_s=3)
+    except SandboxUnavailable as exc:
+        if os.environ.get("NIGHTSHIFT_REQUIRE_DOCKER"):   # CI started an engine: its absence is a bug
+            pytest.fail(f"NIGHTSHIFT_REQUIRE_DOCKER is set but {exc}")
+        pytest.skip(f"no Docker engine answers (start one: sudo .ci/dockerd.sh start): {exc}")
+    from sandbox.image import build_host_image
+
+    build_host_image(client, TEST_TAG)   # ~1 s, offline; rebuilt so it matches this Python
+    return client
+
+
+@pytest.fixture(scope="module")
+def runner(client):
+    from sandbox.docker import DockerRunner
+
+    return DockerRunner(TEST_TAG, client=client)
+
+
+@pytest.fixture
+def make_spec(tmp_path):
+    """spec(script, **overrides): a RunSpec running `python run.py` over a fresh snapshot."""
+    snapshot, data = tmp_path / "snapshot", tmp_path / "data"
+    (snapshot / "train").mkdir(parents=True)
+    (snapshot / "train" / "prepare.py").write_text("PROTECTED = True\n")
+    data.mkdir()
+    (data / "tokens.bin").write_bytes(b"\0" * 64)
+    counter = iter(range(1000))
+
+    def spec(script: str, *, budget_s: float = 20, grace_s: float = 5,
+             limits: Limits = Limits(memory_mb=512), **kw) -> RunSpec:
+        (snapshot / "run.py").write_text(textwrap.dedent(script))
+        out = tmp_path / f"run{next(counter)}" / "out"
+        out.mkdir(parents=True)
+        return RunSpec(command="python run.py", snapshot_dir=snapshot, data_dir=data, out_dir=out,
+                       seed=1, budget_s=budget_s, grace_s=grace_s, metric="val_bpb",
+                       limits=limits, **kw)
+    return spec
+
+
+@pytest.fixture(autouse=True)
+def no_leftovers(request):
+    """After every test: none of this process's containers exist, in any state."""
+    yield
+    if "client" in request.fixturenames:
+        client = request.getfixturevalue("client")
+        mine = client.containers.list(all=True, filters={"label": f"nightshift.harness-pid={os.getpid()}"})
+        assert not mine, f"containers left behind: {[c.name for c in mine]}"
+
+
+PROTOCOL_VARS = ("NIGHTSHIFT_SEED", "NIGHTSHIFT_BUDGET_S", "NIGHTSHIFT_OUT", "NIGHTSHIFT_DATA",
+                 "NIGHTSHIFT_SPLIT")
+GOOD = """
+    import json, os
+    json.dump({"val_bpb": 1.25, "steps": 3}, open(os.path.join(os.environ["NIGHTSHIFT_OUT"], "result.json"), "w"))
+    print("---"); print("val_bpb: 1.25")
+"""
+
+
+def assert_next_run_is_normal(runner, make_spec=None, hostile_spec=None) -> None:
+    result = runner.run(hostile_spec("ok") if hostile_spec else make_spec(GOOD))
+    assert result.status is Status.OK, result.reason
+    assert result.metric in (1.25, 1.23)
+
+
+# -- the normal path -------------------------------------------------------------------------
+
+def test_a_good_run_reports_its_metric_image_and_mounts(runner, make_spec):
+    lines: list[str] = []
+    result = runner.run(make_spec(GOOD), on_output=lines.append)
+    assert result.status is Status.OK and result.metric == 1.25 and result.metrics["steps"] == 3
+    assert result.backend == "docker" and "val_bpb: 1.25" in lines
+    assert result.sandbox["image_id"].startswith("sha256:")
+    assert result.sandbox["image_mode"] == "host"
+    assert {m["target"] for m in result.sandbox["mounts"]} >= {"/usr", os.path.realpath(sys.base_prefix)}
+    assert result.log_path.read_text().endswith("val_bpb: 1.25\n")
+    out = result.log_path.parent / "out"   # handed back to the harness's uid after the run
+    assert (out / "result.json").stat().st_uid == os.getuid() == out.stat().st_uid
+
+
+def test_the_run_sees_only_the_protocol_environment(runner, make_spec, monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-secret-must-not-leak")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "also-secret")
+    result = runner.run(make_spec("""
+        import json, os
+        print("---"); print("val_bpb: 1.0")
+        json.dump(dict(os.environ), open(os.environ["NIGHTSHIFT_OUT"] + "/env.json", "w"))
+    """))
+    assert result.status is Status.OK
+    env = (result.log_path.parent / "out" / "env.json").read_text()
+    assert "secret" not in env and "ANTHROPIC" not in env and "AWS_" not in env
+    for name in ("NIGHTSHIFT_SEED", "NIGHTSHIFT_BUDGET_S", "NIGHTSHIFT_OUT", "NIGHTSHIFT_DATA", "NIGHTSHIFT_SPLIT"):
+        assert name in env
+
+
+def test_confinement_non_root_read_only_root_ro_snapshot_and_data_no_network(runner, make_spec):
+    result = runner.run(make_spec("""
+        import errno, os, socket
+        def writable(path):
+            try:
+                open(path, "a").close(); return "yes"
+            except OSError as exc:
+                return errno.errorcode[exc.errno]
+        def connect():
+            try:
+                socket.create_connection(("1.1.1.1", 53), timeout=2); return "yes"
+            except OSError as exc:
+                return type(exc).__name__
+        mounts = {line.split()[1]: line.split()[3].split(",")[0] for line in open("/proc/self/mounts")}
+        print("---")
+        print("uid:", os.getuid())
+        for name, path in [("root_fs", "/"), ("usr", "/usr"), ("snapshot", "/snapshot"),
+                           ("data", "/data"), ("out", "/out"), ("tmp", "/tmp")]:
+            print(f"{name}_mount:", mounts.get(path))
+        print("etc_write:", writable("/etc/evil"))
+        print("out_write:", writable(os.environ["NIGHTSHIFT_OUT"] + "/ok"))
+        print("tmp_write:", writable("/tmp/ok"))
+        print("network:", connect())
+        print("interfaces:", ",".join(sorted(os.listdir("/sys/class/net"))))
+        print("val_bpb: 1.0")
+    """))
+    m = result.metrics
+    assert result.status is Status.OK, result.reason
+    assert m["uid"] != 0
+    assert [m[f"{name}_mount"] for name in ("root_fs", "usr", "snapshot", "data")] == ["ro"] * 4
+    assert m["out_mount"] == m["tmp_mount"] == "rw"
+    assert m["etc_write"] in ("EROFS", "EACCES") and m["out_write"] == m["tmp_write"] == "yes"
+    assert m["network"] != "yes" and m["interfaces"] == "lo"
+    assert result.sandbox["network"] == "none" and result.sandbox["read_only_root"] is True
+
+
+# -- hostile experiments (tests/hostile/, shared with the local backend) ---------------------
+
+def hostile_env(name: str, tmp_path: Path, port: int) -> dict[str, str]:
+    return {"network": {"HOSTILE_PORT": str(port)},
+            "write_outside": {"HOSTILE_OUTSIDE": str(tmp_path / "outside.txt")},
+            "flood": {"HOSTILE_MB": "100"}}.get(name, {})
+
+
+@pytest.fixture
+def host_listener():
+    """A TCP server on the host's loopback that the sandbox must not reach."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(4)
+    server.settimeout(0.2)
+    accepted: list[object] = []
+    stop = threading.Event()
+
+    def serve():
+        while not stop.is_set():
+            try:
+                accepted.append(server.accept()[0])
+            except OSError:
+                pass
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield server.getsockname()[1], accepted
+    stop.set()
+    thread.join()
+    server.close()
+
+
+@pytest.mark.parametrize("name", sorted(hostile.EXPECTED))
+def test_hostile_experiment_ends_with_the_right_status(name, runner, hostile_spec, tmp_path, host_listener,
+                                                       monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-secret-must-not-leak")
+    port, accepted = host_listener
+    budget = 2.0 if name == "sleep" else 30.0
+    result = runner.run(hostile_spec(name, budget_s=budget, env=hostile_env(name, tmp_path, port)))
+    assert result.status == Status(hostile.EXPECTED[name]), (result.reason, result.log_tail)
+    assert result.status is Status.OK or result.reason
+    out = result.log_path.parent / "out"
+    seen = json.loads((out / f"{name}.json").read_text()) if (out / f"{name}.json").exists() else {}
+    if name == "forkbomb":
+        assert result.metrics["refused"] and result.metrics["forked"] < 64
+    if name == "network":
+        assert seen["tcp"].startswith("refused") and seen["dns"].startswith("refused") and not accepted
+    if name == "write_outside":
+        assert not (tmp_path / "outside.txt").exists()
+        assert seen["snapshot_new"].startswith("refused") and seen["snapshot_existing"].startswith("refused")
+    if name == "env_dump":
+        assert "ANTHROPIC_API_KEY" not in seen and set(seen) >= set(PROTOCOL_VARS)
+    if name == "flood":
+        assert result.sandbox["log_bytes"] > 100 * 2**20 and result.log_path.stat().st_size < 1_100_000
+    assert_next_run_is_normal(runner, make_spec=None, hostile_spec=hostile_spec)
+
+
+def test_a_sigterm_ignoring_child_in_its_own_session_dies_with_the_run(runner, make_spec):
+    result = runner.run(make_spec("""
+        import subprocess, sys, time
+        subprocess.Popen([sys.executable, "-c",
+            "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"],
+            start_new_session=True)
+        time.sleep(600)
+    """, budget_s=1, grace_s=1))
+    assert result.status is Status.TIMEOUT   # and the container, with every process in it, is gone
+
+
+def test_oom_is_recognised_from_the_engine_and_peak_memory_recorded(runner, make_spec):
+    result = runner.run(make_spec("""
+        import time
+        keep = bytearray(150 * 2**20)
+        keep[::4096] = b"x" * len(keep[::4096])
+        time.sleep(1.5)
+        hog = [bytearray(400 * 2**20)]
+        hog[0][::4096] = b"x" * len(hog[0][::4096])
+    """, limits=Limits(memory_mb=300)))
+    assert result.status is Status.OOM and result.sandbox["oom_killed"] is True
+    assert result.peak_memory_mb is not None and result.peak_memory_mb >= 150
+
+
+def test_writing_outside_out_and_into_the_protected_file_fails_inside_only(runner, make_spec):
+    spec = make_spec("""
+        import os
+        for path in ("/snapshot/train/prepare.py", "/data/tokens.bin", "/etc/passwd", "/root/x"):
+            try:
+                open(path, "a").write("tampered")
+                print("wrote", path)
+            except OSError:
+                pass
+        print("---"); print("val_bpb: 1.0")
+    """)
+    result = runner.run(spec)
+    assert result.status is Status.OK and "wrote" not in result.log_path.read_text()
+    assert (spec.snapshot_dir / "train" / "prepare.py").read_text() == "PROTECTED = True\n"
+    assert (spec.data_dir / "tokens.bin").read_bytes() == b"\0" * 64
+
+
+# -- leftovers, interrupts, unavailability ---------------------------------------------------
+
+def test_ctrl_c_removes_the_container_and_reraises(runner, make_spec):
+    spec = make_spec("import time; time.sleep(600)", budget_s=600)
+    timer = threading.Timer(2.0, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer.start()
+    with pytest.raises(KeyboardInterrupt) as caught:
+        runner.run(spec)
+    timer.cancel()
+    assert caught.value.run_result.status is Status.INTERRUPTED
+    assert_next_run_is_normal(runner, make_spec)
+
+
+def test_a_killed_harness_leaves_a_container_that_the_next_runner_removes(client, make_spec):
+    from sandbox.docker import DockerRunner
+
+    spec = make_spec("import time; time.sleep(600)", budget_s=600)
+    code = (f"import sys; sys.path.insert(0, {str(REPO)!r}); from pathlib import Path\n"
+            f"from sandbox.docker import DockerRunner; from sandbox.protocol import RunSpec\n"
+            f"DockerRunner({TEST_TAG!r}).run(RunSpec(command='sleep 600', snapshot_dir=Path({str(spec.snapshot_dir)!r}),"
+            f" data_dir=Path({str(spec.data_dir)!r}), out_dir=Path({str(spec.out_dir)!r}), seed=1, budget_s=600, metric='m'))\n")
+    harness = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        orphan_filter = {"label": f"nightshift.harness-pid={harness.pid}"}
+        for _ in range(100):   # until its container runs
+            if client.containers.list(filters=orphan_filter):
+                break
+            threading.Event().wait(0.2)
+        assert client.containers.list(filters=orphan_filter), "the harness never started its container"
+    finally:
+        harness.kill()   # SIGKILL: no cleanup runs
+        harness.wait()
+    assert client.containers.list(all=True, filters=orphan_filter), "expected an orphan to sweep"
+    fresh = DockerRunner(TEST_TAG, client=client)
+    assert_next_run_is_normal(fresh, make_spec)   # its first run sweeps the orphan
+    assert not client.containers.list(all=True, filters=orphan_filter)
+
+
+def test_a_missing_image_is_unavailable_with_the_build_command(client, make_spec):
+    from sandbox.docker import DockerRunner
+
+    with pytest.raises(SandboxUnavailable, match="python -m sandbox.image build"):
+        DockerRunner("nightshift:no-such-tag", client=client).run(make_spec(GOOD))
+
+
+def test_no_engine_is_unavailable_with_how_to_start_one(monkeypatch, tmp_path):
+    from sandbox.docker import connect
+
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no.sock")
+    with pytest.raises(SandboxUnavailable, match="dockerd.sh start"):
+        connect(timeout_s=1)
+
+
+def test_auto_picks_docker_when_the_engine_answers(client):
+    from sandbox.select import make_runner
+
+    runner, why = make_runner("auto", image=TEST_TAG)
+    assert runner.name == "docker" and why.startswith("docker (engine ")
+    with pytest.raises(SandboxUnavailable, match="sandbox.image build"):
+        make_runner("docker", image="nightshift:no-such-tag")
+
+
+def test_host_mode_refuses_a_python_prefix_the_sandbox_user_cannot_read(tmp_path):
+    from sandbox.image import LABEL_MODE, LABEL_PREFIXES, ImageError, runtime_mounts
+
+    prefix = tmp_path / "python"
+    (prefix / "bin").mkdir(parents=True)
+    prefix.chmod(0o700)
+    labels = {LABEL_MODE: "host", LABEL_PREFIXES: json.dumps([str(prefix)])}
+    with pytest.raises(ImageError, match="chmod -R o\\+rX"):
+        runtime_mounts(labels)
+    prefix.chmod(0o755)
+    assert runtime_mounts(labels)[-1].target == str(prefix)
+    assert runtime_mounts({LABEL_MODE: "dockerfile"}) == []

@@ -1,0 +1,226 @@
+"""LocalRunner against the hostile scripts of tests/hostile/: every misbehaviour ends with
+the right status, nothing the run started survives it, the harness is unharmed (secrets,
+memory, files) and the next run is normal. Real subprocesses, real namespaces when the
+machine allows them; isolation-dependent checks skip with the missing fact as reason."""
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import socket
+import threading
+
+from tests import hostile
+import pytest
+
+from sandbox.isolation import Isolation
+from sandbox.local import MARKER, LocalRunner, _marked_pids
+from sandbox.protocol import Limits, RunResult, Status
+
+
+@pytest.fixture(scope="module")
+def runner() -> LocalRunner:
+    return LocalRunner(kill_grace_s=1.0)
+
+
+@pytest.fixture(scope="module")
+def bare_runner() -> LocalRunner:
+    """No namespaces, no cgroups: only the process group and the env-marker sweep."""
+    return LocalRunner(kill_grace_s=1.0, isolation=Isolation(is_root=os.geteuid() == 0))
+
+
+def assert_clean(result: RunResult) -> None:
+    """No process carrying this run's marker is alive, and the scratch folders are gone."""
+    marker = f"{MARKER}={result.sandbox['run_id']}".encode()
+    assert _marked_pids(marker) == set(), "processes of the run survived it"
+    run_dir = result.log_path.parent
+    assert not (run_dir / "home").exists() and not (run_dir / "tmp").exists()
+
+
+def assert_next_run_is_normal(runner: LocalRunner, hostile_spec) -> None:
+    result = runner.run(hostile_spec("ok"))
+    assert (result.status, result.metric) == (Status.OK, 1.23), result.log_tail
+    assert_clean(result)
+
+
+def out_json(result: RunResult, name: str) -> dict:
+    return json.loads((result.log_path.parent / "out" / f"{name}.json").read_text())
+
+
+# -- statuses ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["crash", "sleep", "no_metric", "nan_metric", "summary_only",
+                                  "bad_utf8", "escape", "memory_hog"])
+def test_hostile_script_ends_with_expected_status(runner, hostile_spec, name):
+    budget = 2.0 if name == "sleep" else 30.0
+    result = runner.run(hostile_spec(name, budget_s=budget))
+    assert result.status == Status(hostile.EXPECTED[name]), (result.reason, result.log_tail)
+    assert result.status == Status.OK or result.reason
+    assert_clean(result)
+    assert_next_run_is_normal(runner, hostile_spec)
+
+
+def test_ok_run_fills_every_field(runner, hostile_spec):
+    result = runner.run(hostile_spec("ok"))
+    assert result.status == Status.OK and result.exit_code == 0
+    assert result.metrics == {"val_bpb": 1.23, "steps": 10}
+    assert result.backend == "local" and result.started_at <= result.ended_at
+    assert result.duration_s > 0 and result.peak_memory_mb and result.peak_memory_mb > 1
+    assert result.log_path.name == "log.txt" and "val_bpb: 1.23" in result.log_tail
+    assert result.log_path.read_text().endswith("steps: 10\n")
+    json.dumps(result.to_dict())  # the ledger can store it
+
+
+def test_crash_reason_names_exit_code_and_error(runner, hostile_spec):
+    result = runner.run(hostile_spec("crash"))
+    assert result.exit_code == 1
+    assert "exit code 1" in result.reason and "ValueError: boom" in result.reason
+
+
+def test_timeout_kills_a_process_that_ignores_sigterm(runner, hostile_spec):
+    result = runner.run(hostile_spec("sleep", budget_s=1, grace_s=0.5))
+    assert result.status == Status.TIMEOUT and "sleeping past the budget" in result.log_tail
+    assert_clean(result)
+
+
+def test_memory_limit_ends_in_oom_with_reason(runner, hostile_spec):
+    result = runner.run(hostile_spec("memory_hog", limits=Limits(memory_mb=200)))
+    assert result.status == Status.OOM, result.log_tail
+    assert "no memory limit hit" not in result.log_tail
+    assert result.sandbox["memory_limit"] in ("cgroup", "rlimit_data")
+
+
+def test_summary_only_metric_is_parsed(runner, hostile_spec):
+    result = runner.run(hostile_spec("summary_only"))
+    assert result.metric == pytest.approx(1.111) and result.metrics["training_seconds"] == 2.0
+
+
+# -- escaping the process tree ---------------------------------------------------------------
+
+def test_setsid_grandchild_ignoring_sigterm_is_killed(runner, hostile_spec):
+    result = runner.run(hostile_spec("escape"))
+    assert result.status == Status.OK and out_json(result, "escape")["pid"] > 0
+    assert_clean(result)
+
+
+def test_setsid_grandchild_is_killed_without_namespaces(bare_runner, hostile_spec):
+    result = bare_runner.run(hostile_spec("escape"))
+    assert result.status == Status.OK and result.sandbox["pid_namespace"] is False
+    assert result.sandbox["stray_processes_killed"] >= 1  # found by the marker sweep
+    assert_clean(result)
+
+
+def test_timeout_without_namespaces_kills_the_tree(bare_runner, hostile_spec):
+    result = bare_runner.run(hostile_spec("sleep", budget_s=1, grace_s=0.5))
+    assert result.status == Status.TIMEOUT
+    assert_clean(result)
+
+
+def test_fork_bomb_is_refused_and_swept(runner, hostile_spec):
+    result = runner.run(hostile_spec("forkbomb", limits=Limits(pids=64)))
+    assert_clean(result)
+    assert_next_run_is_normal(runner, hostile_spec)
+    if result.sandbox["pids_limit"] == "ignored_as_root":
+        pytest.skip("as root without a pids cgroup no process limit applies "
+                    f"(the script stopped itself at {result.metrics.get('forked')})")
+    assert result.status == Status.OK, result.log_tail
+    assert result.metrics["forked"] < 64 and result.metrics["refused"]
+
+
+# -- network and files -------------------------------------------------------------------
+
+@pytest.fixture
+def listening_port():
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    yield server.getsockname()[1]
+    server.close()
+
+
+def test_network_is_unreachable(runner, hostile_spec, listening_port):
+    if not runner.isolation.network_namespace:
+        pytest.skip("this machine cannot create a network namespace (unshare --net failed)")
+    result = runner.run(hostile_spec("network", env={"HOSTILE_PORT": str(listening_port)}))
+    seen = out_json(result, "network")
+    assert result.sandbox["network_isolated"] is True
+    assert seen["tcp"].startswith("refused") and seen["dns"].startswith("refused"), seen
+
+
+def test_network_allowed_when_limits_say_so(runner, hostile_spec, listening_port):
+    """The control for the test above: the same script does connect when allowed."""
+    result = runner.run(hostile_spec("network", env={"HOSTILE_PORT": str(listening_port)},
+                                     limits=Limits(network=True)))
+    assert out_json(result, "network")["tcp"] == "connected"
+    assert result.sandbox["network_isolated"] is False
+
+
+def test_writes_outside_out_dir_are_refused(runner, hostile_spec, tmp_path):
+    if not runner.isolation.read_only_root:
+        pytest.skip("no mount namespace here: as root only the snapshot's permissions protect files")
+    outside = tmp_path / "outside.txt"
+    spec = hostile_spec("write_outside", env={"HOSTILE_OUTSIDE": str(outside)})
+    before = (spec.snapshot_dir / "train.py").read_bytes()
+    result = runner.run(spec)
+    seen = out_json(result, "write_outside")
+    assert all(v.startswith("refused") for v in seen.values()), seen
+    assert not outside.exists() and not os.path.exists("/tmp/nightshift-hostile-was-here")
+    assert (spec.snapshot_dir / "train.py").read_bytes() == before
+    assert not (spec.snapshot_dir / "planted.py").exists()
+
+
+def test_environment_is_scrubbed(runner, hostile_spec, monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-secret")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "also-secret")
+    spec = hostile_spec("env_dump", limits=Limits(gpu=None))
+    result = runner.run(spec)
+    env = out_json(result, "env_dump")
+    assert "sk-ant-secret" not in json.dumps(env) and "also-secret" not in json.dumps(env)
+    assert set(env) - set(spec.protocol_env()) <= {
+        "PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE",
+        "CUDA_VISIBLE_DEVICES", MARKER, "PWD", "SHLVL", "_", "LC_CTYPE"}  # the last four: sh's own
+    assert env["CUDA_VISIBLE_DEVICES"] == "" and env["NIGHTSHIFT_SEED"] == str(spec.seed)
+    assert env["HOME"].startswith(str(spec.out_dir.parent))
+
+
+# -- output --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("megabytes", [50, 100])
+def test_flood_is_capped_and_harness_memory_stays_small(runner, hostile_spec, megabytes):
+    lines: list[int] = [0]
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    spec = hostile_spec("flood", env={"HOSTILE_MB": str(megabytes)}, budget_s=120)
+    result = runner.run(spec, on_output=lambda line: lines.__setitem__(0, lines[0] + 1))
+    grew_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before) / 1024
+    assert result.status == Status.OK, result.reason
+    assert result.log_path.stat().st_size <= spec.log_cap_bytes + 100
+    assert "bytes elided ..." in result.log_path.read_text()
+    assert result.sandbox["log_bytes"] > megabytes << 20
+    assert lines[0] == megabytes * 1024 + 2
+    assert grew_mb < 40, f"the harness grew by {grew_mb:.0f} MB"
+
+
+def test_invalid_utf8_reaches_callback_and_log_leniently(runner, hostile_spec):
+    lines: list[str] = []
+    result = runner.run(hostile_spec("bad_utf8"), on_output=lines.append)
+    assert result.status == Status.OK
+    assert lines[0] == "caf\ufffd \ufffd\ufffd\ufffd( broken" and "\ufffd" in result.log_tail
+
+
+# -- interruption ----------------------------------------------------------------------------
+
+def test_keyboard_interrupt_kills_tree_and_reraises_with_result(runner, hostile_spec):
+    timers: list[threading.Timer] = []
+
+    def interrupt_once_running(line: str) -> None:  # a real SIGINT, as Ctrl-C would send
+        if "sleeping" in line and not timers:
+            timers.append(threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)))
+            timers[0].start()
+
+    with pytest.raises(KeyboardInterrupt) as caught:
+        runner.run(hostile_spec("sleep", budget_s=60), on_output=interrupt_once_running)
+    result = caught.value.run_result
+    assert result.status == Status.INTERRUPTED and "sleeping" in result.log_path.read_text()
+    assert_clean(result)
+    assert_next_run_is_normal(runner, hostile_spec)
