@@ -20,16 +20,14 @@ from typing import Any, Callable
 
 import yaml
 
+from agent.decide import fdr, rules
+from agent.decide.decision import RuleSettings, SeedPlan
+from agent.researchers.registry import RESEARCHER_NAMES
+from sandbox.select import BACKENDS
+
 
 class ProgramError(ValueError):
     """program.md or an override is invalid; the message says where and how to fix it."""
-
-
-@dataclass(frozen=True)
-class SeedPlan:
-    baseline: int = 6   # fresh seeds each new incumbent is measured on (its reference)
-    screen: int = 1     # seeds a candidate runs before the rule first looks
-    max: int = 8        # most seeds a candidate may get before the rule must decide
 
 
 @dataclass(frozen=True)
@@ -59,10 +57,10 @@ class Program:
     budget_s: float = 60.0        # YAML `budget`
     grace_s: float = 60.0         # YAML `grace`: startup + final evaluation past the budget
     seeds: SeedPlan = field(default_factory=SeedPlan)
-    alpha: float = 0.04
-    min_effect: float = 0.0       # smallest improvement worth keeping, metric units
-    decision: str = "sequential"
-    fdr: str = "none"
+    alpha: float = RuleSettings.alpha
+    min_effect: float = RuleSettings.min_effect   # smallest improvement worth keeping, metric units
+    decision: str = rules.RULES[0]
+    fdr: str = RuleSettings.fdr
     full_scale: FullScale = field(default_factory=FullScale)
     sandbox: str = "auto"
     researcher: str = "auto"
@@ -75,6 +73,11 @@ class Program:
         data = dataclasses.asdict(self)
         data.update(path=str(self.path), root=str(self.root), protected=list(self.protected))
         return data
+
+    @property
+    def rule_settings(self) -> RuleSettings:
+        """What the keep rule is told (agent.decide.rules.make_rule)."""
+        return RuleSettings(alpha=self.alpha, min_effect=self.min_effect, fdr=self.fdr, seeds=self.seeds)
 
     def with_overrides(self, **fields: Any) -> "Program":
         """A copy with `fields` (YAML keys, attribute names or dotted `seeds.max`) validated
@@ -264,11 +267,11 @@ _FIELDS: dict[str, tuple[str, Parser]] = {
     "seeds": ("seeds", lambda v: _seed_plan(v if isinstance(v, dict) or v is None else {"max": v})),
     "alpha": ("alpha", _check(_float, lambda a: 0 < a <= 0.5, "a number in (0, 0.5]")),
     "min_effect": ("min_effect", _check(_float, lambda x: x >= 0, "a number >= 0")),
-    "decision": ("decision", _choice("sequential", "noise_band")),
-    "fdr": ("fdr", _choice("none", "lord")),
+    "decision": ("decision", _choice(*rules.RULES)),
+    "fdr": ("fdr", _choice(*fdr.METHODS)),
     "full_scale": ("full_scale", _record(FullScale, _RECORDS["full_scale"])),
-    "sandbox": ("sandbox", _choice("auto", "local", "docker")),
-    "researcher": ("researcher", _choice("auto", "optuna", "scripted", "claude")),
+    "sandbox": ("sandbox", _choice(*BACKENDS)),
+    "researcher": ("researcher", _choice(*RESEARCHER_NAMES)),
     "limits": ("limits", _record(ResourceLimits, _RECORDS["limits"])),
     "image": ("image", _text),
     "claude": ("claude", _mapping),

@@ -38,7 +38,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from agent.decide.decision import Decision, Evidence, Verdict  # noqa: E402
+from agent.decide.decision import Evidence  # noqa: E402
+from agent.record.events import Decision, Verdict  # noqa: E402
 from agent.decide.sequential import SequentialRule  # noqa: E402
 
 MODEL_PATH = Path(__file__).with_name("noise_model.json")
@@ -156,7 +157,7 @@ def night_sequential(rule: SequentialRule, prior: str, budget: int,
 
     level, incumbent = 0.0, 0
     reference = {s: measure(0, level, s) for s in rule.baseline_seeds()}
-    history: list[dict] = []
+    history: list[Decision] = []
     commit = 0
     while night.runs < budget:
         effect, commit = draw_effect(prior, rng), commit + 1
@@ -177,11 +178,7 @@ def night_sequential(rule: SequentialRule, prior: str, budget: int,
         if decision is None:                     # the night ended mid-experiment
             break
         night.candidates += 1
-        # What Decision.to_dict() stores, minus the deep copy of `details` (the rule reads
-        # only these fields of the history; asdict would dominate the benchmark's time).
-        history.append({"verdict": decision.verdict.value, "seeds": list(decision.seeds),
-                        "candidate_values": {str(k): v for k, v in decision.candidate_values.items()},
-                        "reference_values": {str(k): v for k, v in decision.reference_values.items()}})
+        history.append(decision)    # the typed record the loop's history holds
         if decision.verdict is Verdict.KEEP:
             night.count_keep(effect)
             level, incumbent = cand_level, commit

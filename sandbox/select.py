@@ -8,7 +8,7 @@ from __future__ import annotations
 from sandbox.image import DEFAULT_TAG
 from sandbox.protocol import Runner, SandboxUnavailable
 
-BACKENDS = ("auto", "docker", "local")
+BACKENDS = ("auto", "local", "docker")
 
 
 def make_runner(name: str, *, image: str = DEFAULT_TAG) -> tuple[Runner, str]:

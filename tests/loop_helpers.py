@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -60,8 +59,17 @@ def nightshift(repo: Path, *args: str, env: dict[str, str], timeout: float = 600
 
 
 def events(repo: Path, tag: str) -> list[dict]:
+    """The ledger's lines as JSON (to check the file's format)."""
     path = repo / "results" / tag / "ledger.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def loop_state(repo: Path, tag: str):
+    """The typed state of a tag's loop, folded from its ledger file."""
+    from agent.record.ledger import read_events
+    from agent.record.state import fold
+
+    return fold(read_events(repo / "results" / tag))
 
 
 def git_out(repo: Path, *args: str) -> str:

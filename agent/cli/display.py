@@ -1,18 +1,27 @@
-"""What a person watching `nightshift run` sees: one line per event, a live bar per run."""
+"""What a person watching sees: one line per event and a live bar per run while a night
+runs (`RichObserver`), and the state of a loop at a glance (`print_status`)."""
 from __future__ import annotations
 
 import re
+import statistics
 import time
-from typing import Any
+from pathlib import Path
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from agent.decide.decision import pooled_sd
+from agent.record.events import DecisionMade, Role, RunFinished, Verdict
+from agent.record.ledger import read_events
+from agent.record.state import LoopState, fold
 
 _LOSS = re.compile(r"\bloss[:= ]\s*([0-9.]+(?:e[-+]?\d+)?|nan|inf)", re.IGNORECASE)
+_VERDICT_COLOUR = {Verdict.KEEP: "bold green", Verdict.DISCARD: "yellow", Verdict.INCONCLUSIVE: "cyan"}
 
 
 class RichObserver:
-    """Implements agent.loop.Observer with rich: messages, a budget bar with the last loss."""
+    """Implements agent.night.loop.Observer with rich: messages, a budget bar with the last loss."""
 
     def __init__(self, console: Console | None = None, metric: str = "val_bpb") -> None:
         self.console = console or Console(highlight=False)
@@ -25,12 +34,12 @@ class RichObserver:
     def message(self, text: str) -> None:
         self.console.print(f"[dim]{time.strftime('%H:%M:%S')}[/dim] {text}")
 
-    def run_started(self, run: dict[str, Any], budget_s: float, label: str) -> None:
+    def run_started(self, commit: str, seed: int, role: Role, experiment: str | None,
+                    budget_s: float, label: str) -> None:
         self._started, self._budget = time.monotonic(), budget_s
         if not self.console.is_terminal:
             return   # a live bar in a log file is only noise; the finished line says it all
-        who = run.get("experiment") or "incumbent"
-        title = f"{who} seed {run['seed']} {run['role']}: {label[:60]}"
+        title = f"{experiment or 'incumbent'} seed {seed} {role}: {label[:60]}"
         self._progress = Progress(
             TextColumn("  {task.description}"), BarColumn(bar_width=24),
             TextColumn("{task.fields[loss]}"), TimeRemainingColumn(),
@@ -46,26 +55,76 @@ class RichObserver:
         elapsed = min(time.monotonic() - self._started, self._budget)
         self._progress.update(self._task, completed=elapsed, **fields)
 
-    def run_finished(self, run: dict[str, Any]) -> None:
+    def run_finished(self, run: RunFinished) -> None:
         if self._progress is not None:
             self._progress.stop()
             self._progress = None
-        value = run.get("metric")
-        shown = f"{self.metric} {value:.4f}" if value is not None else run.get("reason", "")[:80]
-        colour = "green" if run["status"] == "ok" else "red"
-        self.console.print(f"  seed {run['seed']} {run['role']:<9} [{colour}]{run['status']}[/{colour}] "
-                           f"{shown} ({run.get('duration_s', 0):.0f}s)")
+        shown = f"{self.metric} {run.metric:.4f}" if run.metric is not None else run.reason[:80]
+        colour = "green" if run.ok else "red"
+        self.console.print(f"  seed {run.seed} {run.role.value:<9} [{colour}]{run.status.value}[/{colour}] "
+                           f"{shown} ({run.duration_s or 0:.0f}s)")
 
-    def decided(self, event: dict[str, Any]) -> None:
-        decision = event.get("decision") or {}
-        verdict = event["verdict"]
-        colour = {"keep": "bold green", "discard": "yellow", "inconclusive": "cyan"}.get(verdict, "red")
+    def decided(self, event: DecisionMade) -> None:
+        colour = _VERDICT_COLOUR.get(event.verdict, "red")
         evidence = ""
-        if decision.get("effect") is not None:
-            lo, hi = decision.get("interval") or (float("nan"), float("nan"))
-            p = decision.get("p_value")
-            evidence = (f" effect {decision['effect']:+.4f} [{lo:+.4f}, {hi:+.4f}]"
+        if event.effect is not None:
+            lo, hi = event.interval or (float("nan"), float("nan"))
+            p = event.p_value
+            evidence = (f" effect {event.effect:+.4f} [{lo:+.4f}, {hi:+.4f}]"
                         + (f" p={p:.3g}" if p is not None else "")
-                        + f" on {len(decision.get('seeds', []))} seeds")
-        self.console.print(f"[{colour}]{event['id']} {verdict.upper()}[/{colour}]{evidence}"
-                           f" — {event.get('reason', '')[:100]}")
+                        + f" on {len(event.seeds)} seeds")
+        self.console.print(f"[{colour}]{event.id} {event.verdict.value.upper()}[/{colour}]{evidence}"
+                           f" — {event.reason[:100]}")
+
+
+def mean_sd(values: list[float]) -> str:
+    spread = f" ± {statistics.stdev(values):.4f}" if len(values) > 1 else ""
+    return f"{statistics.fmean(values):.4f}{spread} (n={len(values)})"
+
+
+def print_status(console: Console, folder: Path, metric: str, state: LoopState | None = None) -> None:
+    """Experiments, keeps, baseline and incumbent with their spread, noise, predictions,
+    cost and the runs in flight, then the last experiments as a table."""
+    state = state or fold(read_events(folder))
+    counts = state.verdict_counts()
+    reference = list(state.reference(state.incumbent).values()) if state.incumbent else []
+    base = list(state.reference(state.base_commit).values()) if state.base_commit else []
+    sd, dof = pooled_sd(state.noise_groups())
+    console.print(f"[bold]{folder.name}[/bold]: {len(state.experiments)} experiments "
+                  f"({', '.join(f'{k} {v}' for k, v in counts.items()) or 'none yet'})")
+    if base:
+        console.print(f"  baseline  {state.base_commit[:8]}  {metric} {mean_sd(base)}")
+    if reference:
+        console.print(f"  incumbent {state.incumbent[:8]}  {metric} {mean_sd(reference)}"
+                      "  (fresh seeds, not the runs that selected it)")
+    if sd is not None:
+        console.print(f"  seed noise: sd {sd:.4f} ({dof} degrees of freedom, pooled over commits)")
+    cal = state.calibration()
+    if cal.n:
+        console.print(f"  predictions: direction right {cal.direction_accuracy:.0%}, intervals "
+                      f"covered {cal.coverage:.0%} at claimed {cal.claimed_confidence:.0%} "
+                      f"(n={cal.n})")
+    usage = state.usage
+    if usage.calls or usage.usd:
+        console.print(f"  researcher cost: ${usage.usd:.2f}, {usage.input_tokens:,} input + "
+                      f"{usage.output_tokens:,} output tokens ({usage.cache_read_input_tokens:,} "
+                      f"cache reads) over {usage.calls} calls")
+    for run in state.in_flight.values():
+        console.print(f"  in flight: {run.experiment or 'incumbent'} seed {run.seed} "
+                      f"{run.role.value} since {run.time}")
+    if state.stopped_reason:
+        console.print(f"  last stop: {state.stopped_reason}")
+    table = Table(show_edge=False, pad_edge=False)
+    for column in ("id", "commit", "verdict", "effect", "p", "seeds", "prediction", "description"):
+        table.add_column(column)
+    for experiment in list(state.experiments.values())[-15:]:
+        decided, score = experiment.decision, experiment.score
+        effect = decided.effect if decided else None
+        p = decided.p_value if decided else None
+        held = "" if score is None else ("held" if score.covered else "missed")
+        table.add_row(experiment.id, (experiment.commit or "-")[:8], str(experiment.verdict or "running"),
+                      f"{effect:+.4f}" if effect is not None else "-",
+                      f"{p:.3g}" if p is not None else "-",
+                      str(len(decided.seeds) if decided else 0), held, experiment.description[:50])
+    if state.experiments:
+        console.print(table)

@@ -1,33 +1,31 @@
-"""The morning commands: `nightshift replay` and `nightshift report`.
-
-`register(app)` adds them to the typer app of agent/cli/app.py. Exit codes follow agent/cli/app.py:
-1 bad input (no such tag, commit or flag value), 4 the sandbox is unavailable, 130 Ctrl-C.
-"""
+"""The morning's commands: `nightshift status`, `replay` and `report`."""
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Optional
 
 import typer
-from rich.console import Console
 
-console = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
-EXIT_BAD_INPUT, EXIT_LOOP, EXIT_INTERRUPTED = 1, 4, 130
-
-
-def _program(path: Path, overrides: dict[str, Any]) -> Any:
-    from agent.cli.app import _load
-
-    return _load(path, overrides)
+from agent.cli.common import ProgramOpt, console, err, existing_loop, fail, load
+from agent.record.events import ExitCode, ReplayCommit, ReplayRun, ReplaySummary
 
 
 def _tag_dir(program: Any, tag: Optional[str]) -> tuple[str, Path]:
-    from agent.cli.app import existing_loop
     from agent.night.session import default_tag
 
     tag = tag or default_tag()
     return tag, existing_loop(program, tag)
+
+
+def status(
+    tag: Optional[str] = typer.Option(None, help="The loop to show (default: today's tag)."),
+    program: Path = ProgramOpt,
+) -> None:
+    """The state of a loop at a glance: experiments, keeps, best metric, the run in flight."""
+    from agent.cli.display import print_status
+
+    prog = load(program, {})
+    print_status(console, existing_loop(prog, tag), prog.metric)
 
 
 def replay(
@@ -42,7 +40,7 @@ def replay(
     parents: bool = typer.Option(True, help="Also replay each commit's parent, to measure its "
                                  "effect at this scale."),
     sandbox: Optional[str] = typer.Option(None, help="auto | local | docker (default: program.md)."),
-    program: Path = typer.Option(Path("program.md"), "--program", "-p", help="The research program."),
+    program: Path = ProgramOpt,
 ) -> None:
     """Re-run kept (or given) commits at full scale: reproduced? effect at scale? env changed?
 
@@ -56,19 +54,16 @@ def replay(
     from agent.workspace.repo import WorkspaceError
     from sandbox import SandboxUnavailable
 
-    prog = _program(program, {})
+    prog = load(program, {})
     tag, _ = _tag_dir(prog, tag)
     if not kept and not commits:
-        err.print("[red]error:[/red] nothing to replay: pass --kept or one or more commits.")
-        raise typer.Exit(EXIT_BAD_INPUT)
+        raise fail("nothing to replay: pass --kept or one or more commits.")
     if split not in ("val", "test"):
-        err.print(f"[red]error:[/red] --split {split!r}: choose val or test.")
-        raise typer.Exit(EXIT_BAD_INPUT)
+        raise fail(f"--split {split!r}: choose val or test.")
     try:
         budget_s = parse_duration(budget) if budget else prog.full_scale.budget_s
     except Exception:
-        err.print(f"[red]error:[/red] --budget {budget!r}: expected a duration like 120s or 10m.")
-        raise typer.Exit(EXIT_BAD_INPUT)
+        raise fail(f"--budget {budget!r}: expected a duration like 120s or 10m.") from None
     settings = ReplaySettings(budget_s=budget_s, seeds=tuple(range(seeds or prog.full_scale.seeds)),
                               split=split)
     try:
@@ -76,11 +71,9 @@ def replay(
                                              on_event=_print_run)
         resolved = [workspace.resolve(c) for c in commits or []]
     except SandboxUnavailable as error:
-        err.print(f"[red]error:[/red] {error}")
-        raise typer.Exit(EXIT_LOOP)
+        raise fail(str(error), ExitCode.LOOP) from None
     except (WorkspaceError, FileNotFoundError, RuntimeError, ValueError) as error:
-        err.print(f"[red]error:[/red] {error}")
-        raise typer.Exit(EXIT_BAD_INPUT)
+        raise fail(str(error)) from None
     targets = plan_targets(replayer.state, kept=kept, commits=resolved, parent_of=workspace.parent,
                            with_parents=parents)
     if kept and not replayer.state.kept() and not resolved:
@@ -92,19 +85,19 @@ def replay(
         summary = replayer.replay(targets, settings)
     except KeyboardInterrupt:
         err.print("\ninterrupted: the replay events recorded so far stay in the ledger.")
-        raise typer.Exit(EXIT_INTERRUPTED)
+        raise typer.Exit(ExitCode.INTERRUPTED) from None
     finally:
         workspace.close()
     _print_summary(replayer, summary, prog.metric)
 
 
-def _print_run(event: dict[str, Any]) -> None:
-    if event["kind"] != "run":
+def _print_run(event: Any) -> None:
+    if not isinstance(event, ReplayRun):
         return
-    value = f"{event['metric']:.4f}" if event.get("metric") is not None else event["status"]
-    changed = "  [yellow]environment changed[/yellow]" if event["env_changed"] else ""
-    console.print(f"  {event['commit'][:8]} seed {event['seed']}: {value} "
-                  f"({event.get('duration_s') or 0:.1f}s){changed}")
+    value = f"{event.metric:.4f}" if event.metric is not None else event.status.value
+    changed = "  [yellow]environment changed[/yellow]" if event.env_changed else ""
+    console.print(f"  {event.commit[:8]} seed {event.seed}: {value} "
+                  f"({event.duration_s or 0:.1f}s){changed}")
 
 
 def _fmt(value: Any, spec: str = "+.4f") -> str:
@@ -115,41 +108,38 @@ def _interval(values: Any) -> str:
     return "-" if not values else f"[{values[0]:+.4f}, {values[1]:+.4f}]"
 
 
-def _print_summary(replayer: Any, summary: dict[str, Any], metric: str) -> None:
+def _print_summary(replayer: Any, summary: ReplaySummary, metric: str) -> None:
     """One block per commit (narrow terminals and logs read it as well as wide ones)."""
-    from agent.record.ledger import read_events
-
-    rows = [e for e in read_events(replayer.tag_dir) if e["event"] == "replay"
-            and e.get("kind") == "commit" and e["replay_id"] == replayer.replay_id]
+    rows = [e for e in replayer.events if isinstance(e, ReplayCommit)]
     console.print(f"\n[bold]replay {replayer.replay_id}[/bold] ({metric}; effects are improvements, "
                   "positive = better)")
     for row in rows:
-        rep = row["reproduce"]
-        label = f"{row['commit'][:8]} {row.get('experiment') or ''} ({row['target_role']})".replace("  ", " ")
-        original = row["original"]
-        selection = ", selection runs" if original["kind"] == "selection" else ""
-        failed = f", {row['n_failed']} failed" if row["n_failed"] else ""
-        console.print(f"[bold]{label}[/bold]  night {_fmt(original['mean'], '.4f')} "
-                      f"(n={original['n']}{selection})  replay {_fmt(row['mean'], '.4f')} "
-                      f"(n={row['n_ok']}{failed})")
+        rep = row.reproduce
+        label = f"{row.commit[:8]} {row.experiment or ''} ({row.target_role})".replace("  ", " ")
+        original = row.original
+        selection = ", selection runs" if original.get("kind") == "selection" else ""
+        failed = f", {row.n_failed} failed" if row.n_failed else ""
+        console.print(f"[bold]{label}[/bold]  night {_fmt(original.get('mean'), '.4f')} "
+                      f"(n={original.get('n')}{selection})  replay {_fmt(row.mean, '.4f')} "
+                      f"(n={row.n_ok}{failed})")
         verdict = {True: "[green]yes[/green]", False: "[red]no[/red]"}.get(rep.get("reproduced"))
         if verdict:
             console.print(f"    reproduced: {verdict}, difference {_fmt(rep.get('difference'))} "
                           f"{_interval(rep.get('interval'))}")
         else:
             console.print(f"    reproduced: n/a ({rep.get('why', '')})")
-        if row["proxy_effect"] is not None or row["full_effect"] is not None:
-            console.print(f"    effect vs parent: proxy {_fmt(row['proxy_effect'])} "
-                          f"{_interval(row['proxy_interval'])}, at this scale "
-                          f"{_fmt(row['full_effect'])} {_interval(row['full_interval'])}")
-        for diff in row["env_diff"]:
+        if row.proxy_effect is not None or row.full_effect is not None:
+            console.print(f"    effect vs parent: proxy {_fmt(row.proxy_effect)} "
+                          f"{_interval(row.proxy_interval)}, at this scale "
+                          f"{_fmt(row.full_effect)} {_interval(row.full_interval)}")
+        for diff in row.env_diff:
             kind = "[yellow]environment changed[/yellow]" if diff["material"] else "[dim]differs (informational)[/dim]"
             console.print(f"    {kind}: {diff['field']}: {diff['original']!r} -> {diff['current']!r}")
-    for name, rank in (("effects, kept commits (proxy vs this scale)", summary["rank_effects"]),
-                       ("metric values (night vs replay)", summary["rank_values"])):
-        rho = "n/a" if rank["rho"] is None else f"{rank['rho']:+.2f}"
-        console.print(f"Spearman rank correlation of {name}: {rho} (n={rank['n']})")
-    if not summary["reproduce"]:
+    for name, rank in (("effects, kept commits (proxy vs this scale)", summary.rank_effects),
+                       ("metric values (night vs replay)", summary.rank_values)):
+        rho = "n/a" if rank.get("rho") is None else f"{rank['rho']:+.2f}"
+        console.print(f"Spearman rank correlation of {name}: {rho} (n={rank.get('n')})")
+    if not summary.reproduce:
         console.print("[dim]reproduced: n/a because the budget or split differs from the night's; "
                       "replay with the night's budget and split to check reproduction.[/dim]")
 
@@ -159,12 +149,12 @@ def report(
     out: Optional[Path] = typer.Option(None, help="Where to write the HTML "
                                        "(default: results/<tag>/report.html)."),
     open_: bool = typer.Option(False, "--open", help="Open the report in a web browser."),
-    program: Path = typer.Option(Path("program.md"), "--program", "-p", help="The research program."),
+    program: Path = ProgramOpt,
 ) -> None:
     """Write the morning report: one self-contained HTML page plus a PNG of the progress chart."""
     from agent.review.report import write_report
 
-    prog = _program(program, {})
+    prog = load(program, {})
     tag, folder = _tag_dir(prog, tag)
     written = write_report(folder, out=out, metric=prog.metric, direction=prog.direction,
                            repo=prog.root)
@@ -178,9 +168,3 @@ def report(
 
         if not webbrowser.open(written.html.resolve().as_uri()):
             err.print(f"no browser found; open {written.html} yourself.")
-
-
-def register(app: typer.Typer) -> None:
-    """Add `replay` and `report` to the nightshift command line."""
-    app.command("replay")(replay)
-    app.command("report")(report)

@@ -13,21 +13,12 @@ Conventions:
 """
 from __future__ import annotations
 
-import enum
 import math
 import statistics
 from abc import ABC, abstractmethod
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
 
-
-class Verdict(str, enum.Enum):
-    KEEP = "keep"
-    DISCARD = "discard"
-    INCONCLUSIVE = "inconclusive"   # ran out of seeds without a clear answer; not kept
-
-    def __str__(self) -> str:
-        return self.value
+from agent.record.events import Decision, Verdict
 
 
 @dataclass(frozen=True)
@@ -37,7 +28,7 @@ class Evidence:
     reference: dict[int, float]           # seed -> metric of the incumbent, fresh runs only
     noise_sd: float | None = None         # pooled seed-to-seed sd from earlier commits
     noise_dof: int = 0                    # degrees of freedom behind noise_sd
-    history: tuple[dict[str, Any], ...] = ()  # earlier decisions (to_dict), for night-wide control
+    history: tuple[Decision, ...] = ()    # the night's earlier tests, oldest first
 
     def improvement(self, candidate_value: float, reference_value: float) -> float:
         """Signed improvement, positive = better, in metric units."""
@@ -56,27 +47,23 @@ class RunMore:
 
 
 @dataclass(frozen=True)
-class Decision:
-    verdict: Verdict
-    effect: float | None                  # estimated improvement (positive = better)
-    interval: tuple[float, float] | None  # confidence interval of the effect
-    p_value: float | None
-    seeds: tuple[int, ...]
-    candidate_values: dict[int, float]
-    reference_values: dict[int, float]
-    rule: str
-    reason: str
-    details: dict[str, Any] = field(default_factory=dict)
+class SeedPlan:
+    """How many seeds a candidate and an incumbent get (program.md `seeds:`)."""
 
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["verdict"] = self.verdict.value
-        data["interval"] = list(self.interval) if self.interval else None
-        data["seeds"] = list(self.seeds)
-        # JSON keys are strings; keep seeds as strings there and convert back on load.
-        data["candidate_values"] = {str(k): v for k, v in self.candidate_values.items()}
-        data["reference_values"] = {str(k): v for k, v in self.reference_values.items()}
-        return data
+    baseline: int = 6   # fresh seeds each new incumbent is measured on (its reference)
+    screen: int = 1     # seeds a candidate runs before the rule first looks
+    max: int = 8        # most seeds a candidate may get before the rule must decide
+
+
+@dataclass(frozen=True)
+class RuleSettings:
+    """What program.md says about the keep rule. These defaults are program.md's defaults,
+    written once, here, beside the rules that use them."""
+
+    alpha: float = 0.04
+    min_effect: float = 0.0   # smallest improvement worth keeping, metric units
+    fdr: str = "none"         # "none" | "lord" (see agent/decide/fdr.py)
+    seeds: SeedPlan = field(default_factory=SeedPlan)
 
 
 class DecisionRule(ABC):

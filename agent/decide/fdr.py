@@ -17,7 +17,11 @@ one entry per finished experiment), so a resumed loop computes the same levels.
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Sequence
+from typing import Sequence
+
+from agent.record.events import Decision, Verdict
+
+METHODS = ("none", "lord")   # program.md `fdr:`: per-candidate alpha, or LORD++ over the night
 
 
 def gamma(j: int, horizon: int | None = None) -> float:
@@ -37,12 +41,12 @@ def gamma(j: int, horizon: int | None = None) -> float:
     return 1.0 / (h * (1.0 + j / h) ** 2)
 
 
-def keep_indices(history: Sequence[Mapping[str, Any]]) -> list[int]:
+def keep_indices(history: Sequence[Decision]) -> list[int]:
     """1-based test indices of earlier keeps."""
-    return [i + 1 for i, d in enumerate(history) if d.get("verdict") == "keep"]
+    return [i + 1 for i, d in enumerate(history) if d.verdict == Verdict.KEEP]
 
 
-def lord_level(history: Sequence[Mapping[str, Any]], alpha: float, w0: float | None = None,
+def lord_level(history: Sequence[Decision], alpha: float, w0: float | None = None,
                horizon: int | None = 100) -> float:
     """The level at which the next test (index len(history)+1) must be run under LORD++.
 

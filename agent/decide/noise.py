@@ -21,6 +21,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from scipy import special, stats
 
 from agent.decide.decision import Evidence, pooled_sd
+from agent.record.events import Decision
 
 Values = Mapping[int, float] | Sequence[float]
 
@@ -81,16 +82,13 @@ def _int_keys(values: Mapping[Any, float]) -> dict[int, float]:
     return {int(k): float(v) for k, v in values.items()}
 
 
-def history_differences(history: Iterable[Mapping[str, Any]]) -> list[list[float]]:
-    """Same-seed differences (reference − candidate) of earlier decisions with ≥2 shared seeds.
-
-    Works on `Decision.to_dict()`s as stored in the ledger (seed keys are strings there).
-    """
+def history_differences(history: Iterable[Decision]) -> list[list[float]]:
+    """Same-seed differences (reference − candidate) of earlier decisions with ≥2 shared seeds."""
     groups = []
     for decision in history:
-        cand = decision.get("candidate_values")
-        if cand and len(cand) >= 2:
-            ref = decision.get("reference_values") or {}
+        cand = decision.candidate_values
+        if len(cand) >= 2:
+            ref = decision.reference_values
             diffs = [ref[s] - v for s, v in cand.items() if s in ref]
             if len(diffs) >= 2:
                 groups.append(diffs)

@@ -35,8 +35,8 @@ from scipy import optimize, special, stats
 
 from agent.decide import fdr as fdr_module
 from agent.decide import noise as noise_module
-from agent.decide.decision import Decision, DecisionRule, Evidence, RunMore, Verdict
-from agent.program import Program, SeedPlan
+from agent.decide.decision import DecisionRule, Evidence, RuleSettings, RunMore, SeedPlan
+from agent.record.events import Decision, Verdict
 
 SEED_BLOCK = 1000      # pairing seeds of incumbent e live in [1000(e+1), 1000(e+2))
 _NO_BOUND = 12.0       # a z-boundary that is never crossed
@@ -156,9 +156,9 @@ class SequentialRule(DecisionRule):
 
     # The settings program.md exposes default to program.md's defaults (one source of truth:
     # benchmarks/decisions.py reports SequentialRule(), the loop runs what program.md says).
-    def __init__(self, alpha: float = Program.alpha, min_effect: float = Program.min_effect,
+    def __init__(self, alpha: float = RuleSettings.alpha, min_effect: float = RuleSettings.min_effect,
                  baseline: int = SeedPlan.baseline, screen: int = SeedPlan.screen,
-                 max_seeds: int = SeedPlan.max, fdr: str = Program.fdr,
+                 max_seeds: int = SeedPlan.max, fdr: str = RuleSettings.fdr,
                  futility: tuple[float, float] = (0.75, 1.0), spend_power: float = 1.5,
                  refresh: int = 8, pool: int = 6, min_keep_seeds: int = 2,
                  lord_horizon: int = 100) -> None:
@@ -172,8 +172,8 @@ class SequentialRule(DecisionRule):
                              f"screen={screen}, max={max_seeds}")
         if max_seeds < min_keep_seeds:
             raise ValueError(f"program.md: seeds.max must be >= {min_keep_seeds}, got {max_seeds}")
-        if fdr not in ("none", "lord"):
-            raise ValueError(f"program.md: fdr must be 'none' or 'lord', got {fdr!r}")
+        if fdr not in fdr_module.METHODS:
+            raise ValueError(f"program.md: fdr must be one of {', '.join(fdr_module.METHODS)}, got {fdr!r}")
         if min_effect < 0:
             raise ValueError(f"program.md: min_effect must be >= 0, got {min_effect}")
         self.alpha, self.min_effect, self.fdr = alpha, min_effect, fdr
@@ -186,10 +186,9 @@ class SequentialRule(DecisionRule):
     def baseline_seeds(self) -> tuple[int, ...]:
         return tuple(range(self.baseline))
 
-    def night(self, history: tuple[dict[str, Any], ...]) -> _Night:
-        keeps = [i for i, d in enumerate(history) if d.get("verdict") == "keep"]
-        selected = frozenset(int(s) for s in history[keeps[-1]].get("candidate_values", {})
-                             ) if keeps else frozenset()
+    def night(self, history: tuple[Decision, ...]) -> _Night:
+        keeps = [i for i, d in enumerate(history) if d.verdict == Verdict.KEEP]
+        selected = frozenset(history[keeps[-1]].candidate_values) if keeps else frozenset()
         level = (fdr_module.lord_level(history, self.alpha, horizon=self.lord_horizon)
                  if self.fdr == "lord" else self.alpha)
         return _Night(keeps=len(keeps), reign=len(history) - (keeps[-1] + 1 if keeps else 0),

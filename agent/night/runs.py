@@ -9,12 +9,14 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from agent.night.data import PreparedData
-from agent.workspace.gate import digest_files, tampered
+from agent.program import Program
+from agent.record.events import Role, RunFinished, RunStarted
 from agent.record.ledger import Ledger, utc_now
 from agent.record.provenance import determinism, environment, fingerprint, write_provenance
+from agent.workspace.gate import digest_files, tampered
 from agent.workspace.repo import Workspace, remove_snapshot
 from sandbox import Limits, Runner, RunSpec, Status
 
@@ -34,6 +36,28 @@ class RunPlan:
     split: str = "val"
     extra_env: dict[str, str] = field(default_factory=dict)
     target: str | None = None      # the file the researcher edits; its digest goes in provenance
+
+    @classmethod
+    def from_program(cls, program: Program, *, budget_s: float | None = None,
+                     split: str = "val") -> "RunPlan":
+        """The plan of a night (or, with another budget and split, of a replay) of `program`:
+        the one place a Program becomes run settings."""
+        limits = Limits(memory_mb=program.limits.memory_mb, pids=program.limits.pids,
+                        cpus=program.limits.cpus, gpu=gpu_for_runs())
+        return cls(command=program.command, metric=program.metric,
+                   budget_s=program.budget_s if budget_s is None else budget_s,
+                   grace_s=program.grace_s, protected=tuple(program.protected), limits=limits,
+                   split=split, target=program.target)
+
+
+def gpu_for_runs() -> int | None:
+    """One GPU per run, chosen by the harness: the first one, when there is any."""
+    try:
+        import torch
+
+        return 0 if torch.cuda.is_available() else None
+    except Exception:
+        return None
 
 
 class RunExecutor:
@@ -66,10 +90,11 @@ class RunExecutor:
         if dest.exists():
             remove_snapshot(dest)
 
-    def run(self, commit: str, seed: int, role: str, experiment: str | None,
-            on_output: Callable[[str], None] | None = None) -> dict[str, Any]:
+    def run(self, commit: str, seed: int, role: Role, experiment: str | None,
+            on_output: Callable[[str], None] | None = None) -> RunFinished:
         """Run `commit` on `seed` and return the recorded run_finished event."""
-        run_id = f"{commit[:8]}-s{seed}-{role[:3]}-{uuid.uuid4().hex[:6]}"
+        role = Role(role)
+        run_id = f"{commit[:8]}-s{seed}-{role.value[:3]}-{uuid.uuid4().hex[:6]}"
         run_dir = self.runs_dir / run_id
         out_dir = run_dir / "out"
         out_dir.mkdir(parents=True)
@@ -81,14 +106,14 @@ class RunExecutor:
             split=self.plan.split, grace_s=self.plan.grace_s, limits=self.plan.limits,
             env=self.plan.extra_env,
         )
-        started = self.ledger.append("run_started", run_id=run_id, commit=commit, seed=seed,
-                                     role=role, experiment=experiment)
+        started = self.ledger.append(RunStarted(run_id=run_id, commit=commit, seed=seed,
+                                                role=role, experiment=experiment))
         try:
             result = self.runner.run(spec, on_output=on_output)
         except KeyboardInterrupt:
-            self.ledger.append("run_finished", run_id=run_id, commit=commit, seed=seed, role=role,
-                               experiment=experiment, status=Status.INTERRUPTED.value, metric=None,
-                               metrics={}, reason="interrupted by the user")
+            self.ledger.append(RunFinished(run_id=run_id, commit=commit, seed=seed, role=role,
+                                           experiment=experiment, status=Status.INTERRUPTED,
+                                           reason="interrupted by the user"))
             raise
         status, reason = result.status, result.reason
         changed = tampered(protected_before, digest_files(snapshot, self.plan.protected))
@@ -103,7 +128,7 @@ class RunExecutor:
             "diff_omitted": f"{len(diff)} characters; see `git diff {parent} {commit}`"
             if len(diff) > MAX_DIFF_CHARS else None,
             "target_digest": digest_files(snapshot, (self.plan.target,)) if self.plan.target else {},
-            "seed": seed, "role": role, "experiment": experiment,
+            "seed": seed, "role": role.value, "experiment": experiment,
             "budget_s": self.plan.budget_s, "grace_s": self.plan.grace_s,
             "command": self.plan.command, "split": self.plan.split,
             "protected_digests": protected_before,
@@ -111,29 +136,18 @@ class RunExecutor:
             "sandbox": {"backend": result.backend, **result.sandbox},
             "environment": env, "env_fingerprint": fingerprint(env),
             "determinism": determinism(seed, self.plan.extra_env),
-            "started_at": started["time"], "ended_at": utc_now(),
+            "started_at": started.time, "ended_at": utc_now(),
         }
         write_provenance(run_dir / "provenance.json", provenance)
-        return self.ledger.append(
-            "run_finished", run_id=run_id, commit=commit, seed=seed, role=role,
-            experiment=experiment, status=status.value,
+        return self.ledger.append(RunFinished(
+            run_id=run_id, commit=commit, seed=seed, role=role,
+            experiment=experiment, status=status,
             metric=result.metric if status == Status.OK else None,
-            metrics=_json_safe(result.metrics), duration_s=round(result.duration_s, 3),
+            metrics=dict(result.metrics), duration_s=round(result.duration_s, 3),
             peak_memory_mb=result.peak_memory_mb, exit_code=result.exit_code, reason=reason,
             log=str(Path(result.log_path).relative_to(self.runs_dir.parent))
             if Path(result.log_path).is_relative_to(self.runs_dir.parent) else str(result.log_path),
             log_tail=result.log_tail[-2000:], backend=result.backend,
             data_hash=self.data.corpus_hash, env_fingerprint=provenance["env_fingerprint"],
             provenance=str((run_dir / "provenance.json").relative_to(self.runs_dir.parent)),
-        )
-
-
-def _json_safe(metrics: dict[str, Any]) -> dict[str, Any]:
-    """NaN and inf are not JSON: record them as strings so the ledger line stays valid."""
-    safe = {}
-    for key, value in metrics.items():
-        if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
-            safe[key] = repr(value)
-        else:
-            safe[key] = value
-    return safe
+        ))

@@ -1,4 +1,4 @@
-"""The compact ledger summary a researcher reads before proposing (and `status` shows).
+"""The compact ledger summary a researcher reads before proposing.
 
 Bounded by construction: the last `recent` experiments in full one-liners, older ones only
 counted, kept commits always listed. Hundreds of experiments stay a few kilobytes.
@@ -6,13 +6,14 @@ counted, kept commits always listed. Hundreds of experiments stay a few kilobyte
 from __future__ import annotations
 
 import statistics
+from typing import Callable
 
-from agent.record.ledger import Experiment, LoopState
-from agent.decide.scoring import calibration
+from agent.record.events import Verdict
+from agent.record.state import Experiment, LoopState
 
 
 def _mean(experiment: Experiment) -> str:
-    values = [r["metric"] for r in experiment.runs if r["status"] == "ok"]
+    values = experiment.values()
     if not values:
         return "-"
     spread = f"±{statistics.stdev(values):.4f}" if len(values) > 1 else ""
@@ -20,49 +21,51 @@ def _mean(experiment: Experiment) -> str:
 
 
 def _line(experiment: Experiment) -> str:
-    decision = (experiment.decision or {}).get("decision") or {}
-    effect = decision.get("effect")
+    decided = experiment.decision
     evidence = ""
-    if effect is not None:
-        p = decision.get("p_value")
-        evidence = f" effect {effect:+.4f}" + (f" p={p:.3g}" if p is not None else "")
-    reason = experiment.invalid_reason or (experiment.decision or {}).get("reason", "")
-    why = f" — {reason[:100]}" if experiment.verdict not in ("keep", "discard") and reason else ""
-    return (f"{experiment.id} [{experiment.verdict or 'running'}] {experiment.description[:100]}"
+    if decided is not None and decided.effect is not None:
+        p = decided.p_value
+        evidence = f" effect {decided.effect:+.4f}" + (f" p={p:.3g}" if p is not None else "")
+    reason = experiment.invalid_reason or (decided.reason if decided else "")
+    verdict = experiment.verdict
+    why = f" — {reason[:100]}" if verdict not in (Verdict.KEEP, Verdict.DISCARD) and reason else ""
+    return (f"{experiment.id} [{verdict or 'running'}] {experiment.description[:100]}"
             f" | metric {_mean(experiment)}{evidence}{why}")
 
 
 def ledger_summary(state: LoopState, metric: str, recent: int = 25) -> str:
     experiments = list(state.experiments.values())
     reference = state.reference(state.incumbent) if state.incumbent else {}
-    lines = [f"{len(experiments)} experiments so far; {len(state.kept())} kept."]
+    kept = state.kept()
+    lines = [f"{len(experiments)} experiments so far; {len(kept)} kept."]
     if reference:
         values = list(reference.values())
         spread = f" ± {statistics.stdev(values):.4f} (seed sd)" if len(values) > 1 else ""
         lines.append(f"Incumbent {state.incumbent[:8]}: {metric} {statistics.fmean(values):.4f}"
                      f"{spread} over {len(values)} fresh seeds.")
-    kept = state.kept()
     if kept:
         lines.append("Kept, in order:")
         lines += [f"  {_line(e)}" for e in kept[-recent:]]
     verdicts: dict[str, int] = {}
     for e in experiments[:-recent]:
-        verdicts[e.verdict or "running"] = verdicts.get(e.verdict or "running", 0) + 1
+        key = str(e.verdict or "running")
+        verdicts[key] = verdicts.get(key, 0) + 1
     if verdicts:
         counts = ", ".join(f"{k}: {v}" for k, v in sorted(verdicts.items()))
         lines.append(f"Older experiments (not listed): {counts}.")
     if experiments:
         lines.append(f"Last {min(recent, len(experiments))} experiments:")
         lines += [f"  {_line(e)}" for e in experiments[-recent:]]
-    cal = calibration((e.decision or {}).get("score") for e in experiments)
-    if cal["n"]:
-        lines.append(f"Your predictions so far: direction right {cal['direction_accuracy']:.0%}, "
-                     f"intervals covered {cal['coverage']:.0%} at claimed "
-                     f"{cal['claimed_confidence']:.0%} (n={cal['n']}).")
+    cal = state.calibration()
+    if cal.n:
+        lines.append(f"Your predictions so far: direction right {cal.direction_accuracy:.0%}, "
+                     f"intervals covered {cal.coverage:.0%} at claimed "
+                     f"{cal.claimed_confidence:.0%} (n={cal.n}).")
     return "\n".join(lines)
 
 
-def experiment_detail(state: LoopState, experiment_id: str, diff_of, max_log_chars: int = 3000) -> str:
+def experiment_detail(state: LoopState, experiment_id: str, diff_of: Callable[[str], str],
+                      max_log_chars: int = 3000) -> str:
     """One experiment in full for a researcher that asks: its diff, decision and log tails.
 
     `diff_of(commit)` returns the commit's patch against its parent (the workspace's diff)."""
@@ -72,10 +75,10 @@ def experiment_detail(state: LoopState, experiment_id: str, diff_of, max_log_cha
         return f"no experiment {experiment_id!r}; recent ids: {known}"
     parts = [_line(experiment), f"hypothesis: {experiment.hypothesis}"]
     if experiment.prediction:
-        parts.append(f"prediction: {experiment.prediction}")
-    diff = diff_of(experiment.commit) if experiment.commit else experiment.extra.get("diff", "")
+        parts.append(f"prediction: {experiment.prediction.to_dict()}")
+    diff = diff_of(experiment.commit) if experiment.commit else experiment.diff
     parts.append("diff:\n" + (diff or "(none)"))
     for run in experiment.runs:
-        tail = (run.get("log_tail") or "")[-max_log_chars // max(1, len(experiment.runs)):]
-        parts.append(f"run seed {run['seed']} [{run['status']}] {run.get('reason', '')}\n{tail}")
+        tail = (run.log_tail or "")[-max_log_chars // max(1, len(experiment.runs)):]
+        parts.append(f"run seed {run.seed} [{run.status.value}] {run.reason}\n{tail}")
     return "\n".join(parts)

@@ -10,51 +10,14 @@ tests and demos), `claude` (the Anthropic Messages API).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-PredictedDirection = Literal["improve", "worsen", "same"]
+from agent.record.events import Prediction, Usage, Verdict
 
-
-@dataclass(frozen=True)
-class Prediction:
-    """A falsifiable, pre-registered prediction of the candidate's effect.
-
-    `expected_delta` and `interval` are in metric units as candidate − incumbent (raw metric
-    difference, so for a minimised metric an improvement is negative). `confidence` is the
-    probability the researcher gives to the interval covering the measured delta.
-    """
-
-    direction: PredictedDirection
-    expected_delta: float
-    interval: tuple[float, float]
-    confidence: float = 0.8
-    rationale: str = ""
-
-    def __post_init__(self) -> None:
-        if self.direction not in ("improve", "worsen", "same"):
-            raise ValueError(f"prediction direction must be improve|worsen|same, got {self.direction!r}")
-        lo, hi = self.interval
-        if not lo <= hi:
-            raise ValueError(f"prediction interval must have lo <= hi, got [{lo}, {hi}]")
-        if not 0.0 < self.confidence < 1.0:
-            raise ValueError(f"prediction confidence must be in (0, 1), got {self.confidence}")
-
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["interval"] = list(self.interval)
-        return data
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Prediction":
-        return cls(
-            direction=data["direction"],
-            expected_delta=float(data["expected_delta"]),
-            interval=(float(data["interval"][0]), float(data["interval"][1])),
-            confidence=float(data.get("confidence", 0.8)),
-            rationale=str(data.get("rationale", "")),
-        )
+__all__ = ["Outcome", "Prediction", "Proposal", "ProposalRejected", "ResearchContext", "Researcher",
+           "ResearcherError", "Usage"]
 
 
 @dataclass(frozen=True)
@@ -65,6 +28,7 @@ class Proposal:
     prediction: Prediction
     hypothesis_id: str | None = None  # the queued human hypothesis this tests, if any
     extra: dict[str, Any] = field(default_factory=dict)  # researcher-specific, e.g. optuna params
+    usage: Usage | None = None      # what proposing it cost (tokens, dollars), recorded in the ledger
 
 
 @dataclass(frozen=True)
@@ -91,7 +55,7 @@ class Outcome:
     """What the loop tells the researcher after deciding on its proposal."""
 
     experiment_id: str
-    verdict: str                    # keep | discard | inconclusive | a failure status
+    verdict: Verdict                # keep | discard | inconclusive | invalid | a run failure
     measured_delta: float | None    # candidate − incumbent, metric units (None on failure)
     candidate_mean: float | None
     reason: str = ""
@@ -132,7 +96,9 @@ class ProposalRejected(Exception):
     """The researcher could not produce a usable proposal this time (no valid prediction
     after a retry, max turns exceeded). The loop records an `invalid` experiment and goes on."""
 
-    def __init__(self, reason: str, transcript: list[dict[str, Any]] | None = None) -> None:
+    def __init__(self, reason: str, transcript: list[dict[str, Any]] | None = None,
+                 usage: Usage | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
         self.transcript = transcript or []
+        self.usage = usage          # what the failed attempt cost; recorded on the invalid event

@@ -23,13 +23,13 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import anthropic
 
 from agent.researchers import pricing
 from agent.researchers import base
-from agent.researchers.base import Proposal, ResearchContext, Researcher, ResearcherError
+from agent.researchers.base import Proposal, ResearchContext, Researcher, ResearcherError, Usage
 from agent.researchers.claude_tools import TOOLS, Submission, ToolError, Workbench
 from agent.researchers.usage import USAGE_FIELDS, UsageMeter
 
@@ -96,8 +96,9 @@ class ProposalRejected(base.ProposalRejected):
     records an `invalid` experiment (with `reason`) and asks for the next proposal. Adds the
     mistake counts of the failed conversation to the protocol's exception."""
 
-    def __init__(self, reason: str, transcript: list[dict[str, Any]], errors: dict[str, int]) -> None:
-        super().__init__(reason, transcript)
+    def __init__(self, reason: str, transcript: list[dict[str, Any]], errors: dict[str, int],
+                 usage: Usage | None = None) -> None:
+        super().__init__(reason, transcript, usage)
         self.errors = errors
 
 
@@ -133,7 +134,7 @@ class ClaudeResearcher(Researcher):
     def __init__(
         self,
         state_dir: Path | str,
-        program: Any,
+        settings: "ClaudeSettings | Mapping[str, Any] | None" = None,
         *,
         client: anthropic.Anthropic | None = None,
         api_key: str | None = None,
@@ -142,8 +143,7 @@ class ClaudeResearcher(Researcher):
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.state_dir = Path(state_dir)
-        self.program = program
-        self.settings = ClaudeSettings.from_dict(getattr(program, "claude", None))
+        self.settings = settings if isinstance(settings, ClaudeSettings) else ClaudeSettings.from_dict(settings)
         self.experiment_detail = experiment_detail
         self._sleep = sleep
         env_key = os.environ.get("ANTHROPIC_API_KEY")
@@ -184,7 +184,8 @@ class ClaudeResearcher(Researcher):
 
         def reject(reason: str) -> ProposalRejected:
             path = self._save_transcript(context, transcript, errors, spent, reason)
-            return ProposalRejected(f"{reason} (transcript: {path})", transcript, errors)
+            return ProposalRejected(f"{reason} (transcript: {path})", transcript, errors,
+                                    _usage(spent, sum(m["role"] == "assistant" for m in transcript)))
 
         for turn in range(1, self.settings.max_turns + 1):
             response, call = self._call(system, messages)
@@ -345,9 +346,10 @@ The prediction (scored against the measurement after the run):
                   spent: dict[str, float], transcript: list[dict[str, Any]]) -> Proposal:
         path = self._save_transcript(context, transcript, errors, spent, "submitted")
         extra = {"model": self.settings.model, "turns": turns, "errors": dict(errors),
-                 "usage": dict(spent), "transcript": str(path)}
+                 "transcript": str(path)}
         return Proposal(source=sub.source, description=sub.description, hypothesis=sub.hypothesis,
-                        prediction=sub.prediction, hypothesis_id=sub.hypothesis_id, extra=extra)
+                        prediction=sub.prediction, hypothesis_id=sub.hypothesis_id, extra=extra,
+                        usage=_usage(spent, turns))
 
     def _save_transcript(self, context: ResearchContext, transcript: list[dict[str, Any]],
                          errors: dict[str, int], spent: dict[str, float], outcome: str) -> Path:
@@ -362,6 +364,11 @@ The prediction (scored against the measurement after the run):
                   "errors": errors, "usage": spent, "messages": transcript}
         path.write_text(self._redact(json.dumps(record, indent=1)))
         return path
+
+
+def _usage(spent: dict[str, float], calls: int) -> Usage:
+    """One proposal's spending as the ledger records it."""
+    return Usage(**{k: int(spent[k]) for k in USAGE_FIELDS}, usd=float(spent["usd"]), calls=calls)
 
 
 def _retry_after(response: Any) -> float | None:

@@ -104,7 +104,7 @@ class OptunaResearcher(Researcher):
             return   # not one of ours (e.g. a proposal made by another researcher)
         value = outcome.candidate_mean
         has_value = value is not None and math.isfinite(value)
-        attrs = {"experiment_id": outcome.experiment_id, "verdict": outcome.verdict,
+        attrs = {"experiment_id": outcome.experiment_id, "verdict": str(outcome.verdict),
                  "measured_delta": outcome.measured_delta}
         trial = self._pending.pop(number, None)
         trials = self.study.get_trials(deepcopy=False)

@@ -1,10 +1,10 @@
-"""Pick a researcher by name: "optuna", "scripted", "claude", or "auto".
+"""The researchers by name: the one place program.md's `researcher:` values come from.
 
 "auto" means claude when ANTHROPIC_API_KEY is set, else optuna. The CLI prints the choice and
-its reason, e.g. "researcher: optuna (ANTHROPIC_API_KEY not set)".
-
-`program` (an agent.program.Program) is only passed through; this module reads a few of its
-fields with getattr so it never imports agent.program (or the Anthropic SDK) at import time.
+its reason, e.g. "researcher: optuna (ANTHROPIC_API_KEY not set)". Each researcher is
+imported only when chosen (the Anthropic SDK, Optuna and their start-up cost stay out of a
+night that does not use them). Add a researcher: implement `base.Researcher`, give it a
+`name`, list the name here and build it in `make_researcher`.
 """
 from __future__ import annotations
 
@@ -29,10 +29,12 @@ def resolve_researcher_name(name: str, env: Mapping[str, str] | None = None) -> 
     return "optuna", "ANTHROPIC_API_KEY not set"
 
 
-def make_researcher(name: str, *, state_dir: Path, program: Any, script: Path | None = None,
+def make_researcher(name: str, *, state_dir: Path, direction: str = "minimize",
+                    claude: Mapping[str, Any] | None = None, script: Path | None = None,
                     seed: int = 0, env: Mapping[str, str] | None = None,
                     experiment_detail: Callable[[str], str] | None = None) -> Researcher:
-    """A ready researcher. `state_dir` holds what it must keep across restarts (created here).
+    """A ready researcher. `state_dir` holds what it must keep across restarts (created here);
+    `direction` is the metric's; `claude` the program's `claude:` settings.
     `experiment_detail(id)` returns one experiment's diff and log tail, for researchers that
     can ask for it. Raises ResearcherError with the fix when it cannot be built."""
     resolved, _ = resolve_researcher_name(name, env)
@@ -41,8 +43,7 @@ def make_researcher(name: str, *, state_dir: Path, program: Any, script: Path | 
     if resolved == "optuna":
         from agent.researchers.optuna_researcher import OptunaResearcher
 
-        return OptunaResearcher(state_dir, seed=seed,
-                                direction=getattr(program, "direction", "minimize") or "minimize")
+        return OptunaResearcher(state_dir, seed=seed, direction=direction)
     if resolved == "scripted":
         if script is None:
             raise ResearcherError("the scripted researcher needs a script: pass --script PATH "
@@ -55,4 +56,5 @@ def make_researcher(name: str, *, state_dir: Path, program: Any, script: Path | 
     except ImportError as exc:
         raise ResearcherError(f"the claude researcher is unavailable: {exc}; "
                               f"use --researcher optuna") from exc
-    return ClaudeResearcher(state_dir=state_dir, program=program, experiment_detail=experiment_detail)
+    return ClaudeResearcher(state_dir=state_dir, settings=claude or {},
+                            experiment_detail=experiment_detail)

@@ -1,8 +1,9 @@
 """What an LLM researcher has spent: tokens, dollars, calls and mistakes, across resumes.
 
 The totals live in one JSON file (`<results>/<tag>/researcher/usage.json`), rewritten
-atomically after every change, so a resumed loop keeps counting toward its caps and
-`nightshift status` can show the cost of a loop that is still running.
+atomically after every change, so a resumed loop keeps counting toward its caps. What each
+proposal cost is also recorded on its ledger event (`Proposal.usage`), which is what
+`nightshift status` and the report read.
 """
 from __future__ import annotations
 
@@ -15,14 +16,6 @@ from agent.researchers import pricing
 from agent.researchers.base import ResearcherError
 
 USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
-
-
-def read_usage(tag_dir: Path) -> dict[str, Any]:
-    """A loop's saved totals, or {} when there are none (or they cannot be read)."""
-    try:
-        return json.loads((tag_dir / "researcher" / "usage.json").read_text())
-    except (OSError, ValueError):
-        return {}
 
 
 class UsageMeter:

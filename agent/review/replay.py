@@ -27,16 +27,21 @@ from __future__ import annotations
 import math
 import statistics
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Sequence
 
 from scipy import stats
 
 from agent.decide.decision import pooled_sd
-from agent.record.ledger import Ledger, LoopState
+from agent.night.runs import RunExecutor, RunPlan
+from agent.program import Program
+from agent.record.events import (Replay, ReplayCommit, ReplayRun, ReplaySummary, Role,
+                                 RunFinished, Verdict)
+from agent.record.ledger import LEDGER_FILE, Ledger, utc_now
 from agent.record.provenance import compare_environments, read_provenance
-from agent.night.runs import RunExecutor
+from agent.record.state import LoopState
+from agent.workspace.repo import Workspace
 
 REPLAYS_DIR = "replays"
 
@@ -71,7 +76,7 @@ def plan_targets(state: LoopState, *, kept: bool, commits: Sequence[str] = (),
         experiment = by_commit.get(commit)
         parent = experiment.parent if experiment else parent_of(commit)
         role = "base" if commit == state.base_commit else \
-            "kept" if experiment is not None and experiment.verdict == "keep" else "given"
+            "kept" if experiment is not None and experiment.verdict == Verdict.KEEP else "given"
         chosen[commit] = Target(commit, role, experiment.id if experiment else None, parent)
     if kept and state.base_commit and state.base_commit not in chosen:
         chosen = {state.base_commit: Target(state.base_commit, "base"), **chosen}
@@ -147,49 +152,51 @@ class Replayer:
     direction: str = "minimize"
     original_budget_s: float | None = None
     original_split: str = "val"
-    on_event: Callable[[dict[str, Any]], None] = lambda event: None
+    on_event: Callable[[Replay], None] = lambda event: None
+    events: list[Replay] = field(default_factory=list)   # what this replay recorded, in order
 
-    def replay(self, targets: Sequence[Target], settings: ReplaySettings) -> dict[str, Any]:
+    def replay(self, targets: Sequence[Target], settings: ReplaySettings) -> ReplaySummary:
         """Run every target on every seed (seed-major, so slow drift of the machine hits all
         commits alike), record the events, and return the summary event."""
         values: dict[str, dict[int, float]] = {t.commit: {} for t in targets}
         diffs: dict[str, list[dict[str, Any]]] = {t.commit: [] for t in targets}
         for seed in settings.seeds:
             for target in targets:
-                run = self.executor.run(target.commit, seed, "replay", target.experiment)
+                run = self.executor.run(target.commit, seed, Role.REPLAY, target.experiment)
                 found = self._environment_changes(target.commit, seed, run)
                 diffs[target.commit] += found
-                if run["status"] == "ok":
-                    values[target.commit][seed] = run["metric"]
-                self._emit("run", commit=target.commit, target_role=target.role,
-                           experiment=target.experiment, seed=seed, budget_s=settings.budget_s,
-                           split=settings.split, status=run["status"], metric=run.get("metric"),
-                           duration_s=run.get("duration_s"), run_id=run["run_id"],
-                           reason=run.get("reason", ""),
-                           env_changed=any(d["material"] for d in found), env_diff=found)
+                if run.ok:
+                    values[target.commit][seed] = run.metric
+                self._emit(ReplayRun(
+                    replay_id=self.replay_id, commit=target.commit, target_role=target.role,
+                    experiment=target.experiment, seed=seed, budget_s=settings.budget_s,
+                    split=settings.split, status=run.status, metric=run.metric,
+                    duration_s=run.duration_s, run_id=run.run_id, reason=run.reason,
+                    env_changed=any(d["material"] for d in found), env_diff=found))
         for target in targets:
             self.executor.release(target.commit)
         rows = [self._commit_event(t, values, diffs[t.commit], settings) for t in targets]
-        kept = [r for r in rows if r["target_role"] == "kept" and r["proxy_effect"] is not None
-                and r["full_effect"] is not None]
-        measured = [r for r in rows if r["original"]["mean"] is not None and r["mean"] is not None]
+        kept = [r for r in rows if r.target_role == "kept" and r.proxy_effect is not None
+                and r.full_effect is not None]
+        measured = [r for r in rows if r.original.get("mean") is not None and r.mean is not None]
         sign = -1.0 if self.direction == "minimize" else 1.0
-        return self._emit(
-            "summary", budget_s=settings.budget_s, seeds=list(settings.seeds), split=settings.split,
-            commits=[t.commit for t in targets], reproduce=self._same_scale(settings),
-            rank_effects=spearman([r["proxy_effect"] for r in kept], [r["full_effect"] for r in kept]),
-            rank_values=spearman([sign * r["original"]["mean"] for r in measured],
-                                 [sign * r["mean"] for r in measured]),
-            reproduced=[r["commit"] for r in rows if r["reproduce"].get("reproduced")],
-            not_reproduced=[r["commit"] for r in rows if r["reproduce"].get("reproduced") is False],
-            env_changed=any(r["env_changed"] for r in rows))
+        return self._emit(ReplaySummary(
+            replay_id=self.replay_id, budget_s=settings.budget_s, seeds=tuple(settings.seeds),
+            split=settings.split, commits=tuple(t.commit for t in targets),
+            reproduce=self._same_scale(settings),
+            rank_effects=spearman([r.proxy_effect for r in kept], [r.full_effect for r in kept]),
+            rank_values=spearman([sign * r.original["mean"] for r in measured],
+                                 [sign * r.mean for r in measured]),
+            reproduced=tuple(r.commit for r in rows if r.reproduce.get("reproduced")),
+            not_reproduced=tuple(r.commit for r in rows if r.reproduce.get("reproduced") is False),
+            env_changed=any(r.env_changed for r in rows)))
 
     def _same_scale(self, settings: ReplaySettings) -> bool:
         return (settings.split == self.original_split and self.original_budget_s is not None
                 and math.isclose(settings.budget_s, self.original_budget_s))
 
     def _commit_event(self, target: Target, values: dict[str, dict[int, float]],
-                      found: list[dict[str, Any]], settings: ReplaySettings) -> dict[str, Any]:
+                      found: list[dict[str, Any]], settings: ReplaySettings) -> ReplayCommit:
         mine = values[target.commit]
         reference = self.state.reference(target.commit)
         original = reference or self.state.ok_values(target.commit)
@@ -201,17 +208,17 @@ class Replayer:
         else:
             reproduce = {"reproduced": None, "why": "budget or split differs from the night's"}
         experiment = self.state.experiments.get(target.experiment or "")
-        decision = ((experiment.decision or {}).get("decision") or {}) if experiment else {}
+        decided = experiment.decision if experiment else None
         full = paired_effect(mine, values.get(target.parent, {}), self.direction) \
             if target.parent in values else None
         base = self.state.base_commit
         vs_base = paired_effect(mine, values.get(base, {}), self.direction) \
             if base in values and base != target.commit else None
         unique = {(d["field"], str(d["original"]), str(d["current"])): d for d in found}
-        return self._emit(
-            "commit", commit=target.commit, target_role=target.role, experiment=target.experiment,
-            parent=target.parent, budget_s=settings.budget_s, split=settings.split,
-            values={str(s): v for s, v in mine.items()}, n_ok=len(mine),
+        return self._emit(ReplayCommit(
+            replay_id=self.replay_id, commit=target.commit, target_role=target.role,
+            experiment=target.experiment, parent=target.parent, budget_s=settings.budget_s,
+            split=settings.split, values=dict(mine), n_ok=len(mine),
             n_failed=len(settings.seeds) - len(mine),
             mean=statistics.fmean(mine.values()) if mine else None,
             sd=statistics.stdev(mine.values()) if len(mine) > 1 else None,
@@ -219,15 +226,16 @@ class Replayer:
                       "split": self.original_split,
                       "mean": statistics.fmean(original.values()) if original else None},
             reproduce=reproduce,
-            proxy_effect=decision.get("effect"), proxy_interval=decision.get("interval"),
+            proxy_effect=decided.effect if decided else None,
+            proxy_interval=decided.interval if decided else None,
             full_effect=full["effect"] if full else None,
             full_interval=full["interval"] if full else None,
             full_effect_vs_base=vs_base["effect"] if vs_base else None,
             full_interval_vs_base=vs_base["interval"] if vs_base else None,
-            env_changed=any(d["material"] for d in unique.values()), env_diff=list(unique.values()))
+            env_changed=any(d["material"] for d in unique.values()), env_diff=list(unique.values())))
 
-    def _environment_changes(self, commit: str, seed: int, run: dict[str, Any]) -> list[dict[str, Any]]:
-        current = read_provenance(self.executor.runs_dir / run["run_id"])
+    def _environment_changes(self, commit: str, seed: int, run: RunFinished) -> list[dict[str, Any]]:
+        current = read_provenance(self.executor.runs_dir / run.run_id)
         original = self._original_provenance(commit, seed)
         if current is None or original is None:
             return []
@@ -235,24 +243,23 @@ class Replayer:
 
     def _original_provenance(self, commit: str, seed: int) -> dict[str, Any] | None:
         """The night's provenance for this commit and seed, else this commit, else any run."""
-        def rank(run: dict[str, Any]) -> int:
-            return (run["commit"] != commit) * 2 + (run["seed"] != seed)
+        def rank(run: RunFinished) -> int:
+            return (run.commit != commit) * 2 + (run.seed != seed)
         for run in sorted(self.state.runs, key=rank):
-            record = read_provenance(self.tag_dir / "runs" / run["run_id"])
+            record = read_provenance(self.tag_dir / "runs" / run.run_id)
             if record is not None:
                 return record
         return None
 
-    def _emit(self, kind: str, **fields: Any) -> dict[str, Any]:
-        event = self.ledger.append("replay", kind=kind, replay_id=self.replay_id, **fields)
+    def _emit(self, event: Replay) -> Any:
+        event = self.ledger.append(event)
+        self.events.append(event)
         self.on_event(event)
         return event
 
 
 def new_replay_dir(tag_dir: Path) -> tuple[str, Path]:
     """A fresh replay id and its folder under results/<tag>/replays/."""
-    from agent.record.ledger import utc_now
-
     replay_id = utc_now().replace(":", "").replace("-", "").replace("+0000", "Z")[:15] + \
         "-" + uuid.uuid4().hex[:4]
     folder = Path(tag_dir) / REPLAYS_DIR / replay_id
@@ -260,50 +267,33 @@ def new_replay_dir(tag_dir: Path) -> tuple[str, Path]:
     return replay_id, folder
 
 
-def original_budget(events: Iterable[dict[str, Any]]) -> float | None:
-    """The per-run budget the night used (the last loop start or resume that recorded one)."""
-    budget = None
-    for event in events:
-        if event["event"] in ("loop_started", "loop_resumed"):
-            budget = event.get("budget_s") or (event.get("program") or {}).get("budget_s") or budget
-    return budget
-
-
-def build_replayer(program: Any, tag: str, settings: ReplaySettings, *, sandbox: str,
-                   on_event: Callable[[dict[str, Any]], None] = lambda event: None,
-                   runner: Any = None) -> tuple[Replayer, Any]:
+def build_replayer(program: Program, tag: str, settings: ReplaySettings, *, sandbox: str,
+                   on_event: Callable[[Replay], None] = lambda event: None,
+                   runner: Any = None) -> tuple[Replayer, Workspace]:
     """Assemble a Replayer for `tag` of `program` the way `nightshift run` assembles a loop
     (same workspace, data and sandbox choice). Returns it with the tag's workspace, whose
     `resolve` and `parent` turn user input into commits. Raises FileNotFoundError when the
     tag has no ledger."""
     from agent.night.data import prepare_data
-    from agent.record.ledger import fold, read_events
-    from agent.night.runs import RunPlan
-    from agent.night.session import data_cache, gpu_for_runs, results_dir
-    from agent.workspace.repo import Workspace
-    from sandbox import Limits
+    from agent.night.session import data_cache, results_dir
 
     tag_dir = results_dir(program, tag)
-    if not (tag_dir / "ledger.jsonl").exists():
-        raise FileNotFoundError(f"no ledger at {tag_dir / 'ledger.jsonl'}; run `nightshift run "
+    if not (tag_dir / LEDGER_FILE).exists():
+        raise FileNotFoundError(f"no ledger at {tag_dir / LEDGER_FILE}; run `nightshift run "
                                 f"--tag {tag}` first, or pass the tag that holds the commits")
-    events = list(read_events(tag_dir))
+    ledger = Ledger(tag_dir)
     workspace = Workspace.open(program.root, tag, tag_dir / "worktree")
     data = prepare_data(program.prepare, workspace.path, data_cache())
     if runner is None:
         from sandbox.select import make_runner
 
         runner, _ = make_runner(sandbox, image=program.image)
-    limits = Limits(memory_mb=program.limits.memory_mb, pids=program.limits.pids,
-                    cpus=program.limits.cpus, gpu=gpu_for_runs())
-    plan = RunPlan(command=program.command, metric=program.metric, budget_s=settings.budget_s,
-                   grace_s=program.grace_s, protected=tuple(program.protected), limits=limits,
-                   split=settings.split, target=program.target)
+    plan = RunPlan.from_program(program, budget_s=settings.budget_s, split=settings.split)
     replay_id, folder = new_replay_dir(tag_dir)
     executor = RunExecutor(plan=plan, runner=runner, workspace=workspace, ledger=Ledger(folder),
                            data=data, results_dir=folder)
-    replayer = Replayer(tag_dir=tag_dir, ledger=Ledger(tag_dir), state=fold(events),
+    replayer = Replayer(tag_dir=tag_dir, ledger=ledger, state=ledger.state,
                         executor=executor, replay_id=replay_id, direction=program.direction,
-                        original_budget_s=original_budget(events) or program.budget_s,
+                        original_budget_s=ledger.state.budget_s or program.budget_s,
                         on_event=on_event)
     return replayer, workspace

@@ -1,8 +1,8 @@
 """The morning report: one self-contained HTML page (and a PNG of its chart) from a tag's ledger.
 
-`write_report(results/<tag>)` reads only what the night recorded: the ledger, each run's
-provenance.json (diffs, environment), the claude researcher's usage.json, and the replay
-events. It needs no network to view: CSS, the SVG charts and a few lines of JS (sorting and
+`write_report(results/<tag>)` reads only what the night recorded: the ledger (the researcher's
+cost included, recorded on each experiment's events), each run's provenance.json (diffs,
+environment), and the replay events. It needs no network to view: CSS, the SVG charts and a few lines of JS (sorting and
 filtering the table) are inline, and diffs sit in <details> blocks. Writes:
 
     results/<tag>/report.html     the page
@@ -20,14 +20,15 @@ from pathlib import Path
 from typing import Any
 
 from agent.decide.decision import pooled_sd
-from agent.record.ledger import Experiment, LoopState, fold, read_events, utc_now
+from agent.record.events import (LoopStarted, ReplayCommit, ReplayRun, ReplaySummary, Verdict,
+                                 encode)
+from agent.record.ledger import read_events, utc_now
 from agent.record.provenance import read_provenance
+from agent.record.state import Experiment, LoopState, fold
 from agent.review.charts import calibration_chart, progress_chart, progress_png
-from agent.decide.scoring import calibration
 
 TEMPLATES = Path(__file__).parent / "templates"
 MAX_DIFF_CHARS = 20_000          # per experiment in the page; the full diff stays in provenance
-FAILED = ("crash", "timeout", "oom", "no_metric", "bad_metric", "tampered", "invalid", "interrupted")
 
 
 @dataclass
@@ -102,32 +103,30 @@ def build_context(tag_dir: Path, *, metric: str | None = None, direction: str | 
     """Everything the template shows, as plain data (also handy for tests and notebooks)."""
     events = list(read_events(tag_dir))
     state = fold(events)
-    started = next((e for e in events if e["event"] == "loop_started"), {})
-    program = started.get("program") or {}
+    started = next((e for e in events if isinstance(e, LoopStarted)), None)
+    program = started.program if started else {}
     metric = program.get("metric") or metric or "val_bpb"
     direction = program.get("direction") or direction or "minimize"
     sd, dof = pooled_sd(state.noise_groups())
-    invalid_diffs = {e["id"]: e.get("diff") or "" for e in events if e["event"] == "experiment_invalid"}
-    experiments = [_experiment_row(e, tag_dir, repo, invalid_diffs) for e in state.experiments.values()]
-    counts: dict[str, int] = {}
-    for row in experiments:
-        counts[row["verdict"]] = counts.get(row["verdict"], 0) + 1
+    experiments = [_experiment_row(e, tag_dir, repo) for e in state.experiments.values()]
     base_ref = list(state.reference(state.base_commit).values()) if state.base_commit else []
     best = _level(state, state.incumbent) if state.incumbent else None
     baseline = _mean(base_ref)
     sign = -1 if direction == "minimize" else 1
     chart_data = _chart_data(state, experiments, baseline, sd, direction)
+    in_flight = next(iter(state.in_flight.values()), None)
     return {
         "tag": state.tag or tag_dir.name, "metric": metric, "direction": direction,
-        "generated": utc_now(), "started": started.get("time"),
-        "ended": events[-1]["time"] if events else None,
+        "generated": utc_now(), "started": started.time if started else None,
+        "ended": events[-1].time if events else None,
         "base_commit": state.base_commit, "incumbent": state.incumbent,
-        "facts": {k: started.get(k) for k in ("researcher", "sandbox", "rule", "budget_s",
-                                              "corpus_hash") if started.get(k) is not None},
+        "facts": {k: getattr(started, k) for k in ("researcher", "sandbox", "rule", "budget_s",
+                                                   "corpus_hash")
+                  if started is not None and getattr(started, k) is not None},
         "program": program, "stopped": state.stopped_reason,
-        "in_flight": state.in_flight, "counts": dict(sorted(counts.items())),
+        "in_flight": encode(in_flight) if in_flight else None, "counts": state.verdict_counts(),
         "n_experiments": len(experiments), "n_kept": len(state.kept()),
-        "n_runs": len(state.runs), "compute_s": sum(r.get("duration_s") or 0 for r in state.runs),
+        "n_runs": len(state.runs), "compute_s": sum(r.duration_s or 0 for r in state.runs),
         "baseline": {"mean": baseline, "sd": statistics.stdev(base_ref) if len(base_ref) > 1 else None,
                      "n": len(base_ref)},
         "best": best,
@@ -137,9 +136,9 @@ def build_context(tag_dir: Path, *, metric: str | None = None, direction: str | 
         "experiments": experiments,
         "chart": progress_chart(chart_data, metric=metric),
         "chart_data": chart_data,
-        "calibration": calibration((e.decision or {}).get("score") for e in state.experiments.values()),
+        "calibration": encode(state.calibration()),
         "calibration_chart": calibration_chart(experiments),
-        "cost": _cost(tag_dir, len(experiments), len(state.kept())),
+        "cost": _cost(state),
         "replays": _replays(events, state),
         "environment": _environment(state, tag_dir),
     }
@@ -153,33 +152,32 @@ def _level(state: LoopState, commit: str) -> dict[str, Any]:
             "sd": statistics.stdev(values) if len(values) > 1 else None}
 
 
-def _experiment_row(experiment: Experiment, tag_dir: Path, repo: Path | None,
-                    invalid_diffs: dict[str, str]) -> dict[str, Any]:
-    decision_event = experiment.decision or {}
-    decision = decision_event.get("decision") or {}
-    score = decision_event.get("score") or {}
-    values = [r["metric"] for r in experiment.runs if r["status"] == "ok"]
-    reason = experiment.invalid_reason or decision_event.get("reason") or ""
-    diff = invalid_diffs.get(experiment.id) or _diff(experiment, tag_dir, repo)
+def _experiment_row(experiment: Experiment, tag_dir: Path, repo: Path | None) -> dict[str, Any]:
+    decided, score = experiment.decision, experiment.score
+    verdict = experiment.verdict
+    reason = experiment.invalid_reason or (decided.reason if decided else "")
+    diff = experiment.diff or _diff(experiment, tag_dir, repo)
     return {
         "id": experiment.id, "commit": experiment.commit, "parent": experiment.parent,
-        "verdict": experiment.verdict or "running", "description": experiment.description,
+        "verdict": verdict.value if verdict else "running", "description": experiment.description,
         "hypothesis": experiment.hypothesis, "researcher": experiment.researcher,
-        "effect": decision.get("effect"), "interval": decision.get("interval"),
-        "p_value": decision.get("p_value"), "mean": _mean(values),
-        "n_ok": len(values), "n_runs": len(experiment.runs),
-        "duration_s": sum(r.get("duration_s") or 0 for r in experiment.runs),
-        "prediction": experiment.prediction, "score": score or None,
-        "reason": reason if experiment.verdict not in ("keep", "discard") else "",
+        "effect": decided.effect if decided else None,
+        "interval": list(decided.interval) if decided and decided.interval else None,
+        "p_value": decided.p_value if decided else None, "mean": experiment.mean(),
+        "n_ok": len(experiment.values()), "n_runs": len(experiment.runs),
+        "duration_s": sum(r.duration_s or 0 for r in experiment.runs),
+        "prediction": encode(experiment.prediction) if experiment.prediction else None,
+        "score": encode(score) if score else None,
+        "reason": reason if verdict not in (Verdict.KEEP, Verdict.DISCARD) else "",
         "diff": diff[:MAX_DIFF_CHARS], "diff_clipped": len(diff) > MAX_DIFF_CHARS,
-        "time": decision_event.get("time"),
+        "time": decided.time if decided else None,
     }
 
 
 def _diff(experiment: Experiment, tag_dir: Path, repo: Path | None) -> str:
     """From a candidate run's provenance, else git (when the repository is at hand)."""
     for run in experiment.runs:
-        record = read_provenance(tag_dir / "runs" / run["run_id"]) or {}
+        record = read_provenance(tag_dir / "runs" / run.run_id) or {}
         if record.get("diff"):
             return record["diff"]
     if repo is not None and experiment.commit and experiment.parent:
@@ -201,7 +199,7 @@ def _chart_data(state: LoopState, rows: list[dict[str, Any]], baseline: float | 
     if baseline is not None:
         frontier.append((0, baseline))
     for i, experiment in enumerate(state.experiments.values(), start=1):
-        if experiment.verdict == "keep":
+        if experiment.verdict == Verdict.KEEP:
             level = _level(state, experiment.commit)["mean"]
             if level is not None:
                 frontier.append((i, level))
@@ -209,46 +207,50 @@ def _chart_data(state: LoopState, rows: list[dict[str, Any]], baseline: float | 
             "n": len(rows)}
 
 
-def _cost(tag_dir: Path, n_experiments: int, n_kept: int) -> dict[str, Any] | None:
-    from agent.researchers.usage import USAGE_FIELDS, read_usage
-
-    usage = read_usage(tag_dir)
-    if not usage:
+def _cost(state: LoopState) -> dict[str, Any] | None:
+    """The researcher's spending, summed from the usage recorded on each experiment."""
+    usage = state.usage
+    if not (usage.calls or usage.usd):
         return None
-    tokens = {k: usage.get(k) or 0 for k in USAGE_FIELDS}
-    usd = usage.get("usd")
-    return {"tokens": tokens, "total_tokens": sum(tokens.values()), "usd": usd,
-            "calls": usage.get("calls"), "proposals": usage.get("proposals"),
-            "model": usage.get("model"), "errors": usage.get("errors") or {},
-            "usd_per_experiment": usd / n_experiments if usd is not None and n_experiments else None,
-            "usd_per_keep": usd / n_kept if usd is not None and n_kept else None}
+    charged = [e for e in state.experiments.values() if e.usage is not None]
+    errors: dict[str, int] = {}
+    for experiment in charged:
+        for kind, count in (experiment.extra.get("errors") or {}).items():
+            errors[kind] = errors.get(kind, 0) + count
+    model = next((e.extra.get("model") for e in reversed(charged) if e.extra.get("model")), None)
+    n_experiments, n_kept = len(state.experiments), len(state.kept())
+    return {"tokens": {k: getattr(usage, k) for k in usage.TOKEN_FIELDS}, "total_tokens": usage.tokens,
+            "usd": usage.usd, "calls": usage.calls, "proposals": len(charged), "model": model,
+            "errors": errors,
+            "usd_per_experiment": usage.usd / n_experiments if n_experiments else None,
+            "usd_per_keep": usage.usd / n_kept if n_kept else None}
 
 
-def _replays(events: list[dict[str, Any]], state: LoopState) -> list[dict[str, Any]]:
+def _replays(events: list[Any], state: LoopState) -> list[dict[str, Any]]:
     """One entry per replay: its summary and the per-commit rows, in the order they ran."""
     found: dict[str, dict[str, Any]] = {}
     for event in events:
-        if event["event"] != "replay":
+        if not isinstance(event, (ReplayRun, ReplayCommit, ReplaySummary)):
             continue
-        entry = found.setdefault(event["replay_id"], {"id": event["replay_id"], "summary": None,
-                                                      "commits": [], "runs": 0, "failed": 0})
-        if event["kind"] == "summary":
-            entry["summary"] = event
-        elif event["kind"] == "commit":
-            experiment = state.experiments.get(event.get("experiment") or "")
-            entry["commits"].append({**event, "description":
-                                     experiment.description if experiment else event["target_role"]})
-        elif event["kind"] == "run":
+        entry = found.setdefault(event.replay_id, {"id": event.replay_id, "summary": None,
+                                                   "commits": [], "runs": 0, "failed": 0})
+        if isinstance(event, ReplaySummary):
+            entry["summary"] = encode(event)
+        elif isinstance(event, ReplayCommit):
+            experiment = state.experiments.get(event.experiment or "")
+            entry["commits"].append({**encode(event), "description":
+                                     experiment.description if experiment else event.target_role})
+        else:
             entry["runs"] += 1
-            entry["failed"] += event["status"] != "ok"
+            entry["failed"] += event.status.value != "ok"
     return list(found.values())
 
 
 def _environment(state: LoopState, tag_dir: Path) -> dict[str, Any]:
     """The latest run's recorded environment, and whether the night saw more than one."""
-    fingerprints = sorted({r.get("env_fingerprint") for r in state.runs if r.get("env_fingerprint")})
+    fingerprints = sorted({r.env_fingerprint for r in state.runs if r.env_fingerprint})
     for run in reversed(state.runs):
-        record = read_provenance(tag_dir / "runs" / run["run_id"])
+        record = read_provenance(tag_dir / "runs" / run.run_id)
         if record:
             return {"facts": record.get("environment") or {}, "sandbox": record.get("sandbox") or {},
                     "data": record.get("data_meta") or {}, "command": record.get("command"),

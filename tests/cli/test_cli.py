@@ -1,6 +1,5 @@
 """The command line as a user meets it: help, bad input, seeding, status and noise."""
-from agent.record.ledger import fold
-from tests.loop_helpers import cli_env, events, git_out, make_repo, nightshift
+from tests.loop_helpers import cli_env, git_out, loop_state, make_repo, nightshift
 from tests.night.test_keep_rule_loop import NOISE_SCRIPT, PROGRAM
 
 
@@ -34,10 +33,10 @@ def test_noise_measures_records_and_suggests(tmp_path):
     done = nightshift(repo, "noise", "--tag", "cal", "--seeds", "4", env=cli_env(tmp_path))
     assert done.returncode == 0, done.stdout + done.stderr
     assert "suggested for program.md" in done.stdout and "min_effect" in done.stdout
-    state = fold(events(repo, "cal"))
-    noise_runs = [r for r in state.runs if r["role"] == "noise"]
-    assert len(noise_runs) == 4 and all(r["status"] == "ok" for r in noise_runs)
-    assert state.reference(noise_runs[0]["commit"]) == {}   # never a reference
+    state = loop_state(repo, "cal")
+    noise_runs = [r for r in state.runs if r.role == "noise"]
+    assert len(noise_runs) == 4 and all(r.status == "ok" for r in noise_runs)
+    assert state.reference(noise_runs[0].commit) == {}   # never a reference
 
 
 def test_seed_queues_a_hypothesis_the_loop_tests_first(tmp_path):
@@ -52,7 +51,7 @@ def test_seed_queues_a_hypothesis_the_loop_tests_first(tmp_path):
     assert queued.returncode == 0 and "h002" in queued.stdout
     second = nightshift(repo, "run", "--tag", "h", "--max-experiments", "1", env=env)
     assert second.returncode == 0, second.stderr
-    state = fold(events(repo, "h"))
+    state = loop_state(repo, "h")
     assert [e.hypothesis_id for e in state.experiments.values()] == ["h001", "h002"]
     tested = git_out(repo, "show", f"{state.experiments['e0002'].commit}:noise.py")
     assert "SCALE = 2.0" in tested or "SCALE = 2  " in tested

@@ -6,10 +6,11 @@ import pytest
 from scipy import stats
 
 from agent.decide.fdr import gamma, keep_indices, lord_level
+from agent.record.events import Decision, Verdict
 
 
-def decisions(verdicts: str) -> tuple[dict, ...]:
-    return tuple({"verdict": {"k": "keep", "d": "discard"}[v]} for v in verdicts)
+def decisions(verdicts: str) -> tuple[Decision, ...]:
+    return tuple(Decision(verdict={"k": Verdict.KEEP, "d": Verdict.DISCARD}[v]) for v in verdicts)
 
 
 @pytest.mark.parametrize("horizon", [None, 30, 100])
@@ -21,7 +22,7 @@ def test_gamma_is_non_increasing_and_sums_to_at_most_one(horizon):
 
 def test_level_depends_only_on_the_history():
     h = decisions("ddkdddkd")
-    assert lord_level(h, 0.05) == lord_level(tuple(dict(d) for d in h), 0.05)
+    assert lord_level(h, 0.05) == lord_level(decisions("ddkdddkd"), 0.05)
     assert keep_indices(h) == [3, 7]
 
 
@@ -42,13 +43,13 @@ def test_false_discovery_proportion_stays_below_alpha():
     rng = np.random.default_rng(0)
     fdps = []
     for _ in range(80):
-        history: list[dict] = []
+        history: list[Decision] = []
         false = true = 0
         for _ in range(150):
             signal = rng.random() < 0.1
             p = stats.norm.sf(rng.normal(3.0 if signal else 0.0))
             keep = p <= lord_level(tuple(history), 0.1)
-            history.append({"verdict": "keep" if keep else "discard"})
+            history.append(Decision(verdict=Verdict.KEEP if keep else Verdict.DISCARD))
             false += keep and not signal
             true += keep and signal
         fdps.append(false / max(false + true, 1))

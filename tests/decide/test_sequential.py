@@ -23,7 +23,7 @@ class Loop:
         self.level, self.commit = 0.0, 0
         self.cells: dict[tuple[int, int], float] = {}      # a (commit, seed) repeats exactly
         self.values: dict[int, list[float]] = {}
-        self.history: list[dict] = []
+        self.history: list[Decision] = []
         self.decisions: list[Decision] = []
         self.asks: list[RunMore] = []
         self.rerun_selection = rerun_selection
@@ -60,7 +60,7 @@ class Loop:
                 self.reference.setdefault(s, self.run(self.commit_of_incumbent, self.level, s))
         else:
             raise AssertionError("the rule did not decide within 50 asks")
-        self.history.append(out.to_dict())
+        self.history.append(out)
         self.decisions.append(out)
         if out.verdict is Verdict.KEEP:
             self.level = level
@@ -210,13 +210,14 @@ def test_the_benchmarked_defaults_are_what_the_loop_runs():
     # from program.md, whose shipped copy spells the defaults out: they must agree.
     from pathlib import Path
 
+    from agent.decide.rules import make_rule
     from agent.program import load_program, parse_program
-    from agent.night.session import make_rule
 
     def settings(rule):
         return (rule.alpha, rule.min_effect, rule.baseline, rule.screen, rule.max_seeds,
                 rule.fdr, rule.futility, rule.spend_power, rule.refresh)
 
     shipped = load_program(Path(__file__).resolve().parents[2] / "program.md", {})
-    assert settings(make_rule(parse_program("---\n---\n", "p.md"))) == settings(SequentialRule())
-    assert settings(make_rule(shipped)) == settings(SequentialRule())
+    bare = parse_program("---\n---\n", "p.md")
+    assert settings(make_rule(bare.decision, bare.rule_settings)) == settings(SequentialRule())
+    assert settings(make_rule(shipped.decision, shipped.rule_settings)) == settings(SequentialRule())

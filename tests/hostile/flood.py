@@ -1,4 +1,4 @@
-import json, os, sys
+import os, sys
 megabytes = int(os.environ.get("HOSTILE_MB", "50"))
 line = b"x" * 1023 + b"\n"
 block = line * 1024

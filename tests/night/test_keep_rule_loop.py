@@ -6,8 +6,7 @@ of a noisy sequence (about ln N of N); Nightshift's rule must keep nothing or al
 """
 import pytest
 
-from agent.record.ledger import fold
-from tests.loop_helpers import cli_env, events, make_repo, nightshift
+from tests.loop_helpers import cli_env, loop_state, make_repo, nightshift
 
 NOISE_SCRIPT = '''\
 import json, os, random
@@ -49,7 +48,7 @@ def single_run_keeps(state) -> int:
     for experiment in state.experiments.values():
         if not experiment.runs:
             continue
-        first = experiment.runs[0]["metric"]
+        first = experiment.runs[0].metric
         if first is not None and first < best:
             best, keeps = first, keeps + 1
     return keeps
@@ -61,7 +60,7 @@ def test_pure_noise_keeps_almost_nothing(tmp_path):
     done = nightshift(repo, "run", "--tag", "noise", "--max-experiments", str(EXPERIMENTS),
                       env=cli_env(tmp_path / "data"))
     assert done.returncode == 0, done.stdout + done.stderr
-    state = fold(events(repo, "noise"))
+    state = loop_state(repo, "noise")
     decided = [e for e in state.experiments.values() if e.decided]
     assert len(decided) == EXPERIMENTS
     kept = len(state.kept())
@@ -72,6 +71,6 @@ def test_pure_noise_keeps_almost_nothing(tmp_path):
     assert naive >= kept
     # Every decision carries its evidence.
     for experiment in decided:
-        decision = experiment.decision["decision"]
-        assert decision["p_value"] is not None and decision["interval"] is not None
-        assert set(decision["candidate_values"]) <= {str(s) for s in decision["seeds"]}
+        decision = experiment.decision.decision
+        assert decision.p_value is not None and decision.interval is not None
+        assert set(decision.candidate_values) <= set(decision.seeds)

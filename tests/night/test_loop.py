@@ -11,8 +11,7 @@ import time
 
 import pytest
 
-from agent.record.ledger import fold
-from tests.loop_helpers import cli_env, events, git_out, nightshift, project_repo
+from tests.loop_helpers import cli_env, events, git_out, loop_state, nightshift, project_repo
 
 pytestmark = pytest.mark.slow
 
@@ -32,7 +31,7 @@ def test_loop_runs_records_and_resumes(tmp_path, data_root):
 
     first = nightshift(repo, "run", "--tag", "e2e", "--max-experiments", "2", env=env)
     assert first.returncode == 0, first.stdout + first.stderr
-    state = fold(events(repo, "e2e"))
+    state = loop_state(repo, "e2e")
     assert len(state.experiments) == 2 and state.pending is None
     baseline_refs = state.reference(state.base_commit)
     assert len(baseline_refs) >= 2      # the baseline seeds, plus any paired reference seeds
@@ -62,7 +61,7 @@ def test_loop_runs_records_and_resumes(tmp_path, data_root):
     all_events = events(repo, "e2e")
     assert sum(e["event"] == "loop_started" for e in all_events) == 1
     assert sum(e["event"] == "loop_resumed" for e in all_events) == 1
-    resumed = fold(all_events)
+    resumed = loop_state(repo, "e2e")
     assert list(resumed.experiments) == ["e0001", "e0002", "e0003"]
     again = resumed.reference(resumed.base_commit)
     assert {s: again[s] for s in baseline_refs} == baseline_refs   # not measured again
@@ -89,14 +88,14 @@ def test_interrupted_loop_finishes_its_pending_experiment_on_resume(tmp_path, da
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130, stderr
-    interrupted = fold(events(repo, "kill"))
+    interrupted = loop_state(repo, "kill")
     assert interrupted.stopped_reason == "interrupted"
     pending = interrupted.pending
-    assert pending is not None and interrupted.in_flight is None
+    assert pending is not None and not interrupted.in_flight
 
     again = nightshift(repo, "run", "--tag", "kill", "--max-experiments", "1", env=env)
     assert again.returncode == 0, again.stdout + again.stderr
-    resumed = fold(events(repo, "kill"))
+    resumed = loop_state(repo, "kill")
     assert list(resumed.experiments) == [pending.id]          # finished, not replaced
     assert resumed.experiments[pending.id].decided
 

@@ -4,9 +4,8 @@ Anthropic server: what the loop records, what the server received, and where the
 import json
 import subprocess
 
-from agent.record.ledger import fold
 from tests.fake_anthropic import FakeAnthropic, message, tool_use
-from tests.loop_helpers import cli_env, events, make_repo, nightshift
+from tests.loop_helpers import cli_env, loop_state, make_repo, nightshift
 from tests.night.test_keep_rule_loop import NOISE_SCRIPT
 from tests.night.test_keep_rule_loop import PROGRAM as NOISE_PROGRAM
 
@@ -43,11 +42,11 @@ def test_claude_proposes_and_the_loop_records_its_prediction(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     assert "researcher: claude (ANTHROPIC_API_KEY is set)" in done.stdout
 
-    state = fold(events(repo, "c"))
+    state = loop_state(repo, "c")
     experiment = state.experiments["e0001"]
     assert experiment.researcher == "claude" and experiment.description == "SCALE 1.0 -> 2.0"
-    assert experiment.prediction["interval"] == [-0.1, 0.1]
-    assert experiment.decision["score"] is not None            # scored after the decision
+    assert experiment.prediction.interval == (-0.1, 0.1)
+    assert experiment.decision.score is not None            # scored after the decision
     assert experiment.extra["turns"] == 2
 
     # What the server received: the tools, cache control on the stable prefix, no key.
@@ -76,6 +75,6 @@ def test_a_dollar_cap_stops_the_loop_cleanly_with_exit_3(tmp_path):
     assert done.returncode == 3, done.stdout + done.stderr
     assert "budget cap" in done.stderr
     assert calls == 1                       # no call after the one that crossed the cap
-    state = fold(events(repo, "cap"))
+    state = loop_state(repo, "cap")
     assert state.stopped_reason.startswith("ResearcherError")
     assert state.experiments == {} and len(state.reference(state.base_commit)) == 3

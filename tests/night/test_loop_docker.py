@@ -3,9 +3,8 @@ import os
 
 import pytest
 
-from agent.record.ledger import fold
 from sandbox.protocol import SandboxUnavailable
-from tests.loop_helpers import cli_env, events, make_repo, nightshift
+from tests.loop_helpers import cli_env, events, loop_state, make_repo, nightshift
 from tests.night.test_keep_rule_loop import NOISE_SCRIPT, PROGRAM
 
 pytestmark = pytest.mark.docker
@@ -34,9 +33,9 @@ def test_loop_runs_every_experiment_in_a_container(tmp_path, client):
                       "--sandbox", "docker", env=cli_env(tmp_path / "data"))
     assert done.returncode == 0, done.stdout + done.stderr
     assert "sandbox: docker" in done.stdout
-    state = fold(events(repo, "dock"))
+    state = loop_state(repo, "dock")
     assert len(state.experiments) == 3 and all(e.decided for e in state.experiments.values())
-    assert state.runs and all(r["backend"] == "docker" for r in state.runs)
+    assert state.runs and all(r.backend == "docker" for r in state.runs)
     started = next(e for e in events(repo, "dock") if e["event"] == "loop_started")
     assert started["sandbox"] == "docker"
     leftovers = client.containers.list(all=True, filters={"label": "nightshift.run"})

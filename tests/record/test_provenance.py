@@ -54,14 +54,14 @@ def recorded(tmp_path_factory):
                            results_dir=root / "results" / "prov")
     event = executor.run(commit, 7, "candidate", "e0001")
     workspace.close()
-    run_dir = root / "results" / "prov" / "runs" / event["run_id"]
+    run_dir = root / "results" / "prov" / "runs" / event.run_id
     return {"root": root, "commit": commit, "event": event, "run_dir": run_dir,
             "record": read_provenance(run_dir)}
 
 
 def test_provenance_sits_next_to_the_result_and_names_the_run(recorded):
     record, event = recorded["record"], recorded["event"]
-    assert event["status"] == "ok" and event["metric"] == pytest.approx(9.0)
+    assert event.status == "ok" and event.metric == pytest.approx(9.0)
     assert (recorded["run_dir"] / "out" / "result.json").exists()
     assert record["commit"] == recorded["commit"]
     assert record["parent"] == git(recorded["root"], "rev-parse", "main")
@@ -94,8 +94,8 @@ def test_environment_matches_the_running_interpreter(recorded):
     assert env["hostname"] == socket.gethostname()
     assert env["nightshift"]
     # the ledger carries the fingerprint and where the full record is
-    assert recorded["event"]["env_fingerprint"] == recorded["record"]["env_fingerprint"] == fingerprint(env)
-    assert recorded["event"]["provenance"] == f"runs/{recorded['event']['run_id']}/provenance.json"
+    assert recorded["event"].env_fingerprint == recorded["record"]["env_fingerprint"] == fingerprint(env)
+    assert recorded["event"].provenance == f"runs/{recorded['event'].run_id}/provenance.json"
 
 
 def test_the_diff_applied_to_the_parent_gives_the_commit(recorded, tmp_path):

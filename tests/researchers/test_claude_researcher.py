@@ -6,7 +6,6 @@ it sent. No test needs the network.
 from __future__ import annotations
 
 import json
-import types
 from pathlib import Path
 
 import anthropic
@@ -63,12 +62,9 @@ def sleeps() -> list[float]:
 @pytest.fixture
 def researcher_for(tmp_path: Path, fake: FakeAnthropic, sleeps: list[float]):
     def build(**settings: object) -> ClaudeResearcher:
-        program = types.SimpleNamespace(
-            prose="Lower val_bpb.", target=TARGET, protected=["train/prepare.py"], metric="val_bpb",
-            direction="minimize", claude={"retry_base_s": 1.0, "api_tries": 3} | settings,
-        )
         client = anthropic.Anthropic(base_url=fake.url, api_key=CLIENT_KEY, max_retries=0)
-        return ClaudeResearcher(state_dir=tmp_path / "state", program=program, client=client, sleep=sleeps.append)
+        return ClaudeResearcher(state_dir=tmp_path / "state", settings={"retry_base_s": 1.0, "api_tries": 3} | settings,
+                                client=client, sleep=sleeps.append)
     return build
 
 
@@ -97,7 +93,7 @@ def test_a_good_edit_with_a_prediction_becomes_a_proposal(fake, researcher_for):
     assert tool_results(second)[0].get("is_error") is not True
     usage = researcher.usage()
     assert usage["calls"] == 2 and usage["input_tokens"] > 0 and usage["usd"] > 0
-    assert usage["usd"] == pytest.approx(proposal.extra["usage"]["usd"])
+    assert usage["usd"] == pytest.approx(proposal.usage.usd) and proposal.usage.calls == 2
 
 
 def test_the_request_carries_tools_cached_prefix_and_no_secret(fake, researcher_for, monkeypatch, tmp_path):
@@ -128,9 +124,7 @@ def test_the_request_carries_tools_cached_prefix_and_no_secret(fake, researcher_
 def test_without_a_client_the_key_comes_from_the_environment(fake, tmp_path, monkeypatch):
     monkeypatch.setenv("ANTHROPIC_API_KEY", ENV_KEY)
     fake.push(message([tool_use("edit_file", GOOD_EDIT), tool_use("submit", submit())]))
-    program = types.SimpleNamespace(prose="p", target=TARGET, protected=[], metric="val_bpb",
-                                    direction="minimize", claude={"sdk_max_retries": 0})
-    researcher = ClaudeResearcher(state_dir=tmp_path, program=program, base_url=fake.url)
+    researcher = ClaudeResearcher(state_dir=tmp_path, settings={"sdk_max_retries": 0}, base_url=fake.url)
 
     researcher.propose(make_context())
 
@@ -139,9 +133,8 @@ def test_without_a_client_the_key_comes_from_the_environment(fake, tmp_path, mon
 
 def test_without_a_key_construction_fails_with_the_fix(tmp_path, monkeypatch):
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
-    program = types.SimpleNamespace(prose="p", target=TARGET, protected=[], metric="m", direction="minimize", claude={})
     with pytest.raises(ResearcherError, match="ANTHROPIC_API_KEY"):
-        ClaudeResearcher(state_dir=tmp_path, program=program)
+        ClaudeResearcher(state_dir=tmp_path)
 
 
 # ---- mistakes are answered, counted, never applied -----------------------------------------
@@ -253,9 +246,8 @@ def test_show_experiment_uses_the_loops_callback(fake, tmp_path, sleeps):
         return "diff --git a/train/train.py ...\nlog tail: val_bpb: 1.01"
     fake.push(message([tool_use("show_experiment", {"experiment_id": "e007"})]),
               message([tool_use("edit_file", GOOD_EDIT), tool_use("submit", submit())]))
-    program = types.SimpleNamespace(prose="p", target=TARGET, protected=[], metric="val_bpb", direction="minimize", claude={})
     client = anthropic.Anthropic(base_url=fake.url, api_key=CLIENT_KEY, max_retries=0)
-    researcher = ClaudeResearcher(state_dir=tmp_path, program=program, client=client, experiment_detail=detail)
+    researcher = ClaudeResearcher(state_dir=tmp_path, client=client, experiment_detail=detail)
 
     researcher.propose(make_context())
 

@@ -1,6 +1,5 @@
 """Choosing a researcher by name."""
 import sys
-from types import SimpleNamespace
 
 import pytest
 
@@ -8,9 +7,6 @@ from agent.researchers.base import ResearcherError
 from agent.researchers.optuna_researcher import OptunaResearcher
 from agent.researchers.registry import make_researcher, resolve_researcher_name
 from agent.researchers.scripted import ScriptedResearcher
-
-PROGRAM = SimpleNamespace(direction="maximize", metric="accuracy", claude={})
-
 
 def test_auto_picks_claude_only_when_a_key_is_set():
     assert resolve_researcher_name("auto", {}) == ("optuna", "ANTHROPIC_API_KEY not set")
@@ -22,20 +18,20 @@ def test_auto_picks_claude_only_when_a_key_is_set():
 
 
 def test_makes_optuna_with_the_program_direction(tmp_path):
-    researcher = make_researcher("auto", state_dir=tmp_path / "state", program=PROGRAM, env={})
+    researcher = make_researcher("auto", state_dir=tmp_path / "state", direction="maximize", env={})
     assert isinstance(researcher, OptunaResearcher) and researcher.direction == "maximize"
     assert (tmp_path / "state" / "optuna.db").exists()
 
 
 def test_scripted_needs_a_script(tmp_path):
     with pytest.raises(ResearcherError, match="needs a script"):
-        make_researcher("scripted", state_dir=tmp_path, program=PROGRAM)
+        make_researcher("scripted", state_dir=tmp_path)
     (tmp_path / "s.json").write_text('["print(1)\\n"]')
-    assert isinstance(make_researcher("scripted", state_dir=tmp_path, program=PROGRAM,
+    assert isinstance(make_researcher("scripted", state_dir=tmp_path,
                                       script=tmp_path / "s.json"), ScriptedResearcher)
 
 
 def test_claude_import_failure_becomes_a_researcher_error(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "agent.researchers.claude", None)   # import now fails
     with pytest.raises(ResearcherError, match="claude researcher is unavailable"):
-        make_researcher("claude", state_dir=tmp_path, program=PROGRAM)
+        make_researcher("claude", state_dir=tmp_path)

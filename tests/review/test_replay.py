@@ -7,7 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from agent.record.ledger import Ledger, fold, load, read_events
+from agent.record import load
+from agent.record.events import (Decision, DecisionMade, ExperimentProposed, LoopStarted,
+                                 Prediction, Verdict)
+from agent.record.ledger import Ledger, read_events
+from agent.record.state import fold
 from agent.program import load_program
 from agent.review.replay import (ReplaySettings, build_replayer, paired_effect, plan_targets,
                           reproduction, spearman)
@@ -15,7 +19,6 @@ from agent.night.runs import RunExecutor, RunPlan
 from agent.night.data import prepare_data
 from agent.night.session import data_cache
 from agent.workspace.repo import Workspace
-from sandbox import Limits
 from sandbox.local import LocalRunner
 
 PROGRAM = """---
@@ -66,23 +69,23 @@ def make_night(root: Path, tag: str = "toy") -> dict:
     workspace = Workspace.open(root, tag, tag_dir / "worktree")
     base = workspace.head()
     data = prepare_data(None, root, data_cache())   # what the replay will use too
-    plan = RunPlan(command=program.command, metric="score", budget_s=5.0, grace_s=30.0,
-                   protected=(), limits=Limits(memory_mb=None), target="train.py")
+    plan = RunPlan.from_program(program)
     executor = RunExecutor(plan=plan, runner=LocalRunner(), workspace=workspace, ledger=ledger,
                            data=data, results_dir=tag_dir)
-    ledger.append("loop_started", tag=tag, base_commit=base, program=program.to_dict(), budget_s=5.0)
+    ledger.append(LoopStarted(tag=tag, base_commit=base, program=program.to_dict(), budget_s=5.0))
     for seed in range(3):
         executor.run(base, seed, "reference", None)
     candidate = workspace.commit_candidate("train.py", SCRIPT.format(level=0.9), "level down\n")
-    ledger.append("experiment_proposed", id="e0001", commit=candidate, parent=base,
-                  description="LEVEL 1.0 -> 0.9", hypothesis="lower is better",
-                  prediction={"direction": "improve", "expected_delta": -0.1,
-                              "interval": [-0.2, 0.0], "confidence": 0.8}, researcher="scripted")
+    ledger.append(ExperimentProposed(id="e0001", commit=candidate, parent=base,
+                                     description="LEVEL 1.0 -> 0.9", hypothesis="lower is better",
+                                     prediction=Prediction("improve", -0.1, (-0.2, 0.0), 0.8),
+                                     researcher="scripted"))
     for seed in range(3):
         executor.run(candidate, seed, "candidate", "e0001")
-    ledger.append("decision", id="e0001", commit=candidate, incumbent=base, verdict="keep",
-                  decision={"effect": 0.1, "interval": [0.09, 0.11], "p_value": 0.001,
-                            "seeds": [0, 1, 2]}, reason="significant")
+    ledger.append(DecisionMade(id="e0001", commit=candidate, incumbent=base, verdict=Verdict.KEEP,
+                               decision=Decision(verdict=Verdict.KEEP, effect=0.1,
+                                                 interval=(0.09, 0.11), p_value=0.001,
+                                                 seeds=(0, 1, 2)), reason="significant"))
     for seed in range(3):
         executor.run(candidate, seed, "reference", None)
     workspace.close()
@@ -99,14 +102,19 @@ def replay(night, settings, kept=True, commits=()):
     replayer, workspace = build_replayer(night["program"], night["tag"], settings, sandbox="local")
     try:
         targets = plan_targets(replayer.state, kept=kept, commits=commits, parent_of=workspace.parent)
-        return replayer.replay(targets, settings), replayer
+        return replayer.replay(targets, settings).to_dict(), replayer
     finally:
         workspace.close()
 
 
+def recorded(night, kind, replay_id):
+    """The replay's `kind` events as the ledger file holds them (JSON)."""
+    return [e.to_dict() for e in read_events(night["tag_dir"])
+            if e.kind == "replay" and e.replay_kind == kind and e.replay_id == replay_id]
+
+
 def commit_events(night, replay_id):
-    return {e["commit"]: e for e in read_events(night["tag_dir"])
-            if e["event"] == "replay" and e["kind"] == "commit" and e["replay_id"] == replay_id}
+    return {e["commit"]: e for e in recorded(night, "commit", replay_id)}
 
 
 def test_plan_targets_puts_the_base_first_and_adds_parents(night):
@@ -132,13 +140,12 @@ def test_replay_at_the_same_scale_reproduces_a_deterministic_night(night):
     # the effect measured again, paired on seeds, next to the one the night decided on
     assert kept["full_effect"] == pytest.approx(0.1 + 0.005 * 0.1, abs=1e-9)
     assert kept["proxy_effect"] == 0.1
-    runs = [e for e in read_events(night["tag_dir"]) if e.get("kind") == "run"
-            and e["replay_id"] == summary["replay_id"]]
+    runs = recorded(night, "run", summary["replay_id"])
     assert len(runs) == 6 and all(r["status"] == "ok" and r["env_diff"] == [] for r in runs)
     # the replay's own runs live in their own ledger, never in the night's measurements
-    assert not [r for r in fold(read_events(night["tag_dir"])).runs if r["role"] == "replay"]
+    assert not [r for r in fold(read_events(night["tag_dir"])).runs if r.role == "replay"]
     replay_ledger = replayer.executor.ledger.path
-    assert sum(e["event"] == "run_finished" for e in read_events(replay_ledger)) == 6
+    assert sum(e.kind == "run_finished" for e in read_events(replay_ledger)) == 6
 
 
 def test_scale_up_reports_proxy_and_full_effects_and_no_reproduction_verdict(night):
@@ -157,7 +164,7 @@ def test_scale_up_reports_proxy_and_full_effects_and_no_reproduction_verdict(nig
 def test_a_changed_environment_is_flagged_with_the_fields_that_differ(night):
     state = fold(read_events(night["tag_dir"]))
     for run in state.runs:   # pretend the night ran on another torch and another corpus
-        path = night["tag_dir"] / "runs" / run["run_id"] / "provenance.json"
+        path = night["tag_dir"] / "runs" / run.run_id / "provenance.json"
         record = json.loads(path.read_text())
         record["environment"]["torch"] = "1.0.0-night"
         record["data_meta"]["corpus_hash"] = "deadbeef"

@@ -1,0 +1,51 @@
+"""What the commands share: the consoles, exit codes, loading program.md, finding a tag."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+
+from agent.program import Program, ProgramError, load_program
+from agent.record.events import ExitCode
+from agent.record.ledger import LEDGER_FILE
+
+# Logs and pipes get a wide console: rich's 80-column default folds every table row.
+console = Console(highlight=False, width=None if sys.stdout.isatty() else 140)
+err = Console(stderr=True, highlight=False)
+
+ProgramOpt = typer.Option(Path("program.md"), "--program", "-p",
+                          help="The research program: YAML front matter + prose.")
+
+
+def fail(message: str, code: ExitCode = ExitCode.BAD_INPUT) -> typer.Exit:
+    """Print `message` as an error and return the Exit to raise."""
+    err.print(f"[red]error:[/red] {message}")
+    return typer.Exit(code)
+
+
+def load(program_path: Path, overrides: dict[str, Any]) -> Program:
+    """program.md with the command line's overrides (None values skipped), or exit 1 naming
+    the file, line and field."""
+    try:
+        return load_program(program_path, {k: v for k, v in overrides.items() if v is not None})
+    except FileNotFoundError:
+        raise fail(f"{program_path}: no such file. Run from the repository that holds "
+                   "program.md, or pass --program PATH.") from None
+    except ProgramError as error:
+        raise fail(str(error)) from None
+
+
+def existing_loop(program: Program, tag: Optional[str]) -> Path:
+    """The results folder of a loop that has started, or exit 1 naming the tags that exist."""
+    from agent.night.session import default_tag, results_dir
+
+    tag = tag or default_tag()
+    folder = results_dir(program, tag)
+    if not (folder / LEDGER_FILE).exists():
+        known = sorted(p.parent.name for p in (program.root / "results").glob(f"*/{LEDGER_FILE}"))
+        raise fail(f"no loop at {folder}; start one with `nightshift run --tag {tag}`. "
+                   f"Known tags: {', '.join(known) or 'none'}.")
+    return folder

@@ -1,0 +1,143 @@
+"""The night's commands: `nightshift run`, `seed` and `noise`."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from agent.cli.common import ProgramOpt, console, err, existing_loop, fail, load
+from agent.record.events import ExitCode, HypothesisQueued, Role
+from agent.record.ledger import Ledger
+
+NOISE_SEEDS = 900_000   # far from the decision rule's calibration and pairing seeds
+
+
+def run(
+    tag: Optional[str] = typer.Option(None, help="Name of this loop; its branch is nightshift/<tag> "
+                                      "and its records results/<tag>/. Reusing a tag resumes it. "
+                                      "Default: today's date, e.g. nov30."),
+    max_experiments: Optional[int] = typer.Option(None, "--max-experiments", "-n", min=1,
+                                                  help="Stop after this many experiments in this invocation."),
+    hours: Optional[float] = typer.Option(None, help="Stop after this many hours (no new run starts later)."),
+    budget: Optional[str] = typer.Option(None, help="Training budget per run, e.g. 60s or 5m "
+                                         "(overrides program.md)."),
+    researcher: Optional[str] = typer.Option(None, help="auto | optuna | scripted | claude."),
+    sandbox: Optional[str] = typer.Option(None, help="auto | local | docker."),
+    script: Optional[Path] = typer.Option(None, help="Proposals file for the scripted researcher."),
+    hypothesis: list[str] = typer.Option([], "--hypothesis", "-H",
+                                         help="A hypothesis to test first (repeatable)."),
+    seed: int = typer.Option(0, help="Seed of the researcher's own randomness (not the runs')."),
+    max_usd: Optional[float] = typer.Option(None, "--max-usd", min=0,
+                                            help="Stop cleanly once the LLM researcher has spent this "
+                                                 "many dollars (counted across resumes)."),
+    max_tokens: Optional[int] = typer.Option(None, "--max-tokens", min=1,
+                                             help="Stop cleanly once the LLM researcher has used this "
+                                                  "many tokens (counted across resumes)."),
+    program: Path = ProgramOpt,
+) -> None:
+    """Run the research loop (resumes the tag if it exists)."""
+    from agent.cli.display import RichObserver, print_status
+    from agent.night.loop import LoopError, StopRules
+    from agent.night.session import build_session, default_tag
+    from agent.researchers import ResearcherError
+    from sandbox import SandboxUnavailable
+
+    prog = load(program, {"budget": budget, "researcher": researcher, "sandbox": sandbox,
+                          "claude.max_usd": max_usd, "claude.max_tokens_total": max_tokens})
+    tag = tag or default_tag()
+    observer = RichObserver(console, metric=prog.metric)
+    try:
+        session = build_session(prog, tag, researcher=prog.researcher, sandbox=prog.sandbox,
+                                observer=observer, script=script, seed=seed)
+    except SandboxUnavailable as error:
+        raise fail(str(error), ExitCode.LOOP) from None
+    except (ValueError, ResearcherError, RuntimeError) as error:
+        raise fail(str(error)) from None
+    for note in session.notes:
+        console.print(f"[dim]{note}[/dim]")
+    for text in hypothesis:
+        queue_hypothesis(session.loop.ledger, text, origin="cli")
+    try:
+        reason = session.loop.run(StopRules(max_experiments=max_experiments, hours=hours))
+    except KeyboardInterrupt:
+        err.print(f"\ninterrupted: the ledger is closed; `nightshift run --tag {tag}` resumes.")
+        raise typer.Exit(ExitCode.INTERRUPTED) from None
+    except ResearcherError as error:
+        err.print(f"[red]researcher stopped:[/red] {error}")
+        raise typer.Exit(ExitCode.RESEARCHER) from None
+    except (LoopError, SandboxUnavailable) as error:
+        err.print(f"[red]loop stopped:[/red] {error}")
+        raise typer.Exit(ExitCode.LOOP) from None
+    console.print(f"stopped: {reason}")
+    print_status(console, session.results, prog.metric, session.loop.state)
+
+
+def queue_hypothesis(ledger: Ledger, text: str, origin: str) -> str:
+    hypothesis_id = f"h{len(ledger.refresh().hypotheses) + 1:03d}"
+    ledger.append(HypothesisQueued(hypothesis_id=hypothesis_id, text=text.strip(), origin=origin))
+    console.print(f"queued {hypothesis_id}: {text.strip()}")
+    return hypothesis_id
+
+
+def seed(
+    text: str = typer.Argument(..., help="The hypothesis, in words (e.g. 'try LR=1e-3')."),
+    tag: Optional[str] = typer.Option(None, help="The loop to seed (default: today's tag)."),
+    program: Path = ProgramOpt,
+) -> None:
+    """Queue a hypothesis for a loop, even while it runs: it is tested before new ideas."""
+    prog = load(program, {})
+    queue_hypothesis(Ledger(existing_loop(prog, tag)), text, origin="seed")
+
+
+def noise(
+    commit: Optional[str] = typer.Option(None, help="Commit (any git revision) to measure; "
+                                         "default: the tag's incumbent, or HEAD for a new tag."),
+    seeds: int = typer.Option(6, min=2, help="How many seeds to run it on."),
+    tag: Optional[str] = typer.Option(None, help="The loop whose noise estimate to extend "
+                                      "(default: today's tag)."),
+    budget: Optional[str] = typer.Option(None, help="Training budget per run (default: program.md's)."),
+    sandbox: Optional[str] = typer.Option(None, help="auto | local | docker."),
+    program: Path = ProgramOpt,
+) -> None:
+    """Measure seed-to-seed noise of a commit and suggest seeds and min_effect for program.md.
+
+    The runs are recorded in the tag's ledger (role "noise"): they sharpen the loop's pooled
+    noise estimate but never serve as an incumbent's reference."""
+    from agent.cli.display import RichObserver, mean_sd
+    from agent.decide.noise import suggest_settings
+    from agent.night.session import build_session, default_tag
+
+    prog = load(program, {"budget": budget, "sandbox": sandbox})
+    tag = tag or default_tag()
+    try:
+        session = build_session(prog, tag, researcher="optuna", sandbox=prog.sandbox,
+                                observer=RichObserver(console, metric=prog.metric))
+    except (ValueError, RuntimeError) as error:
+        raise fail(str(error)) from None
+    loop = session.loop
+    state = loop.state
+    sha = loop.workspace.resolve(commit) if commit else (state.incumbent or loop.workspace.head())
+    console.print(f"measuring {sha[:8]} on {seeds} seeds of {prog.budget_s:g}s")
+    try:
+        for seed in range(NOISE_SEEDS, NOISE_SEEDS + seeds):
+            if seed not in state.ok_values(sha, Role.NOISE):
+                loop.measure(sha, seed, Role.NOISE, None, "noise measurement")
+    except KeyboardInterrupt:
+        raise typer.Exit(ExitCode.INTERRUPTED) from None
+    values = list(state.ok_values(sha, Role.NOISE).values())
+    if len(values) < 2:
+        raise fail("fewer than two runs succeeded; see the logs under "
+                   f"{session.results / 'runs'}", ExitCode.LOOP)
+    console.print(f"{sha[:8]}: {prog.metric} {mean_sd(values)}")
+    per_commit = {c: state.ok_values(c) for c in {r.commit for r in state.runs}}
+    per_commit = {c: v for c, v in per_commit.items() if len(v) >= 2}
+    advice = suggest_settings(per_commit, alpha=prog.alpha)
+    console.print(f"pooled seed noise: sd {advice['noise_sd']:.4f} ({advice['dof']} dof over "
+                  f"{len(per_commit)} commits); same-seed shared fraction {advice['seed_share']:.2f}")
+    plan = advice["seeds"]
+    console.print("suggested for program.md:")
+    console.print(f"  seeds: {{baseline: {plan['baseline']}, screen: {plan['screen']}, max: {plan['max']}}}")
+    console.print(f"  min_effect: {advice['min_effect']:.4f}")
+    for key, why in advice["reasons"].items():
+        console.print(f"  [dim]{key}: {why}[/dim]")

@@ -1,0 +1,313 @@
+"""The ledger's events as typed records.
+
+Every line of `results/<tag>/ledger.jsonl` is one of the events below, written by
+`Event.to_dict()` and read back by `parse_event()`. The JSON format is the one the first
+loops wrote (an `"event"` key naming the kind, the fields beside it, a decision's test
+nested under `"decision"`), so old ledgers load unchanged: fields they lack take the
+defaults given here, and a key a newer harness adds is ignored by an older one.
+
+    loop_started        tag, base_commit, program, and the facts of this invocation
+    loop_resumed        tag, and the facts of this invocation
+    loop_stopped        reason, exit_code
+    hypothesis_queued   hypothesis_id, text, origin
+    experiment_proposed id, commit, parent, description, hypothesis, prediction, researcher, ...
+    experiment_invalid  id, parent, reason, description, hypothesis, prediction, diff, ...
+    run_started         run_id, commit, seed, role, experiment
+    run_finished        run_id, commit, seed, role, experiment, status, metric, metrics, ...
+    decision            id, commit, incumbent, verdict, reason, decision (the test), score
+    replay              kind "run" | "commit" | "summary", replay_id, ... (agent/review/replay.py)
+
+Records nested in events (`Prediction`, `Decision`, `Score`, `Usage`) and the vocabularies
+(`Verdict`, `Role`, `ExitCode`) live in agent/record/records.py and are re-exported here;
+agent/record/codec.py turns any of them into JSON-safe data and back from the type hints, so
+a field added to an event is written and read without more code.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Mapping
+
+from agent.record.codec import decode, encode
+from agent.record.records import (Decision, ExitCode, Prediction, PredictedDirection, Role, Score,
+                                  Usage, Verdict)
+from sandbox import Status
+
+__all__ = [  # the records events carry are importable from here too: one place to look
+    "Decision", "ExitCode", "Prediction", "PredictedDirection", "Role", "Score", "Usage", "Verdict",
+    "Event", "LoopFacts", "LoopStarted", "LoopResumed", "LoopStopped", "HypothesisQueued",
+    "ExperimentProposed", "ExperimentInvalid", "RunStarted", "RunFinished", "DecisionMade",
+    "Replay", "ReplayRun", "ReplayCommit", "ReplaySummary", "EVENT_TYPES", "REPLAY_TYPES",
+    "UnknownEvent", "parse_event", "encode", "decode",
+]
+
+
+# ---- events -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Event:
+    """One ledger line. `kind` is the JSON `"event"` value; `time` is stamped on append."""
+
+    kind: ClassVar[str] = ""
+    time: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"event": self.kind, **encode(self)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Event":
+        return decode(cls, data)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoopFacts(Event):
+    """What one invocation of `nightshift run` chose, recorded when it starts or resumes."""
+
+    tag: str | None = None
+    researcher: str | None = None
+    researcher_why: str | None = None
+    sandbox: str | None = None
+    sandbox_why: str | None = None
+    sandbox_facts: dict[str, Any] = field(default_factory=dict)
+    rule: str | None = None
+    data_dir: str | None = None
+    corpus_hash: str | None = None
+    budget_s: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoopStarted(LoopFacts):
+    kind: ClassVar[str] = "loop_started"
+    base_commit: str
+    program: dict[str, Any] = field(default_factory=dict)   # Program.to_dict() of the night
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoopResumed(LoopFacts):
+    kind: ClassVar[str] = "loop_resumed"
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoopStopped(Event):
+    kind: ClassVar[str] = "loop_stopped"
+    reason: str
+    exit_code: int = ExitCode.OK
+
+
+@dataclass(frozen=True, kw_only=True)
+class HypothesisQueued(Event):
+    kind: ClassVar[str] = "hypothesis_queued"
+    hypothesis_id: str
+    text: str
+    origin: str = "cli"        # "cli" (run --hypothesis) | "seed" (nightshift seed)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExperimentProposed(Event):
+    kind: ClassVar[str] = "experiment_proposed"
+    id: str
+    commit: str
+    parent: str
+    description: str = ""
+    hypothesis: str = ""
+    prediction: Prediction | None = None
+    researcher: str = ""
+    hypothesis_id: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)   # researcher-specific (optuna params, ...)
+    usage: Usage | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExperimentInvalid(Event):
+    kind: ClassVar[str] = "experiment_invalid"
+    id: str
+    parent: str
+    reason: str
+    commit: str | None = None
+    description: str = ""
+    hypothesis: str = ""
+    prediction: Prediction | None = None
+    researcher: str = ""
+    hypothesis_id: str | None = None
+    diff: str = ""
+    usage: Usage | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunStarted(Event):
+    kind: ClassVar[str] = "run_started"
+    run_id: str
+    commit: str
+    seed: int
+    role: Role
+    experiment: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunFinished(Event):
+    kind: ClassVar[str] = "run_finished"
+    run_id: str
+    commit: str
+    seed: int
+    role: Role
+    experiment: str | None = None
+    status: Status
+    metric: float | None = None            # set only when status is ok
+    metrics: dict[str, Any] = field(default_factory=dict)
+    duration_s: float | None = None
+    peak_memory_mb: float | None = None
+    exit_code: int | None = None
+    reason: str = ""
+    log: str | None = None                 # relative to results/<tag>/
+    log_tail: str = ""
+    backend: str | None = None
+    data_hash: str | None = None
+    env_fingerprint: str | None = None
+    provenance: str | None = None          # relative to results/<tag>/
+
+    @property
+    def ok(self) -> bool:
+        return self.status == Status.OK
+
+
+@dataclass(frozen=True, kw_only=True)
+class DecisionMade(Event):
+    """The verdict on one experiment. `decision` is the keep rule's test (None when a run
+    failed first); `score` holds the prediction against the measurement."""
+
+    kind: ClassVar[str] = "decision"
+    id: str
+    commit: str
+    incumbent: str
+    verdict: Verdict
+    reason: str = ""
+    decision: Decision | None = None
+    score: Score | None = None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "DecisionMade":
+        data = dict(data)
+        test = data.get("decision") or None       # early ledgers wrote {} for "no test"
+        if test is not None and "verdict" not in test:
+            test = {**test, "verdict": data["verdict"]}
+        data["decision"], data["score"] = test, data.get("score") or None
+        return decode(cls, data)
+
+    @property
+    def effect(self) -> float | None:
+        return self.decision.effect if self.decision else None
+
+    @property
+    def interval(self) -> tuple[float, float] | None:
+        return self.decision.interval if self.decision else None
+
+    @property
+    def p_value(self) -> float | None:
+        return self.decision.p_value if self.decision else None
+
+    @property
+    def seeds(self) -> tuple[int, ...]:
+        return self.decision.seeds if self.decision else ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Replay(Event):
+    """A `nightshift replay` record in the tag's ledger; `replay_kind` is the JSON `kind`."""
+
+    kind: ClassVar[str] = "replay"
+    replay_kind: ClassVar[str] = ""
+    replay_id: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"event": self.kind, "kind": self.replay_kind, **encode(self)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplayRun(Replay):
+    """One replayed run."""
+
+    replay_kind: ClassVar[str] = "run"
+    commit: str
+    target_role: str
+    experiment: str | None = None
+    seed: int
+    budget_s: float
+    split: str
+    status: Status
+    metric: float | None = None
+    duration_s: float | None = None
+    run_id: str | None = None
+    reason: str = ""
+    env_changed: bool = False
+    env_diff: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplayCommit(Replay):
+    """One replayed commit: its values at this scale next to the night's, and its effects."""
+
+    replay_kind: ClassVar[str] = "commit"
+    commit: str
+    target_role: str
+    experiment: str | None = None
+    parent: str | None = None
+    budget_s: float
+    split: str
+    values: dict[int, float] = field(default_factory=dict)
+    n_ok: int = 0
+    n_failed: int = 0
+    mean: float | None = None
+    sd: float | None = None
+    original: dict[str, Any] = field(default_factory=dict)    # kind, n, budget_s, split, mean
+    reproduce: dict[str, Any] = field(default_factory=dict)   # reproduced, difference, interval
+    proxy_effect: float | None = None
+    proxy_interval: tuple[float, float] | None = None
+    full_effect: float | None = None
+    full_interval: tuple[float, float] | None = None
+    full_effect_vs_base: float | None = None
+    full_interval_vs_base: tuple[float, float] | None = None
+    env_changed: bool = False
+    env_diff: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplaySummary(Replay):
+    """One whole replay: its settings and the rank correlations proxy vs full scale."""
+
+    replay_kind: ClassVar[str] = "summary"
+    budget_s: float
+    seeds: tuple[int, ...] = ()
+    split: str = "val"
+    commits: tuple[str, ...] = ()
+    reproduce: bool = False
+    rank_effects: dict[str, Any] = field(default_factory=dict)   # rho, n
+    rank_values: dict[str, Any] = field(default_factory=dict)
+    reproduced: tuple[str, ...] = ()
+    not_reproduced: tuple[str, ...] = ()
+    env_changed: bool = False
+
+
+EVENT_TYPES: dict[str, type[Event]] = {cls.kind: cls for cls in (
+    LoopStarted, LoopResumed, LoopStopped, HypothesisQueued, ExperimentProposed,
+    ExperimentInvalid, RunStarted, RunFinished, DecisionMade)}
+REPLAY_TYPES: dict[str, type[Replay]] = {cls.replay_kind: cls for cls in (
+    ReplayRun, ReplayCommit, ReplaySummary)}
+
+
+class UnknownEvent(ValueError):
+    """A ledger line that is not an event this harness knows (a newer harness wrote it)."""
+
+
+def parse_event(data: Mapping[str, Any]) -> Event:
+    """The typed event of one decoded ledger line. Raises UnknownEvent for kinds we do not
+    know, and ValueError/TypeError/KeyError for a line of a known kind that is malformed."""
+    kind = data.get("event")
+    if kind == Replay.kind:
+        cls: type[Event] | None = REPLAY_TYPES.get(data.get("kind"))
+    else:
+        cls = EVENT_TYPES.get(kind)
+    if cls is None:
+        raise UnknownEvent(f"unknown ledger event {kind!r}")
+    return cls.from_dict(data)
+
+

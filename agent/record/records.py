@@ -1,0 +1,174 @@
+"""The vocabularies of a night (outcomes, run roles, exit codes) and the records that ledger
+events carry: a researcher's `Prediction`, a keep rule's `Decision`, a prediction's `Score`,
+a researcher's `Usage`. Every module that produces or reads them uses these, never strings.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal, Mapping
+
+from agent.record.codec import decode, encode
+from sandbox import Status
+
+
+class Verdict(str, enum.Enum):
+    """How an experiment ended: exactly one per experiment.
+
+    keep / discard / inconclusive come from the keep rule; invalid from the gate (the edit
+    broke a rule); the rest are the sandbox's run failures (`sandbox.Status`), recorded when
+    a candidate run failed before the rule could decide."""
+
+    KEEP = "keep"
+    DISCARD = "discard"
+    INCONCLUSIVE = "inconclusive"     # ran out of seeds without a clear answer; not kept
+    INVALID = "invalid"
+    CRASH = Status.CRASH.value
+    TIMEOUT = Status.TIMEOUT.value
+    OOM = Status.OOM.value
+    NO_METRIC = Status.NO_METRIC.value
+    BAD_METRIC = Status.BAD_METRIC.value
+    TAMPERED = Status.TAMPERED.value
+    INTERRUPTED = Status.INTERRUPTED.value
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def is_failure(self) -> bool:
+        """The candidate never got a verdict from the rule: invalid, or a run failed."""
+        return self not in (Verdict.KEEP, Verdict.DISCARD, Verdict.INCONCLUSIVE)
+
+    @classmethod
+    def of_run(cls, status: Status) -> "Verdict":
+        """The verdict of an experiment whose candidate run ended with `status` (not OK)."""
+        if status == Status.OK:
+            raise ValueError("an OK run is not a verdict; the keep rule decides")
+        return cls(Status(status).value)
+
+
+class Role(str, enum.Enum):
+    """Why a run was made."""
+
+    REFERENCE = "reference"   # the incumbent on fresh seeds: its unbiased value
+    CANDIDATE = "candidate"   # a candidate on the seeds the rule asked for
+    NOISE = "noise"           # `nightshift noise`: spread only, never a reference
+    REPLAY = "replay"         # `nightshift replay` (recorded in the replay's own ledger)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class ExitCode(enum.IntEnum):
+    """What `nightshift` exits with, and what `loop_stopped` records."""
+
+    OK = 0              # a stop rule held (--max-experiments, --hours)
+    BAD_INPUT = 1       # program.md, a flag, the repository: the message names the fix
+    USAGE = 2           # unknown flag, missing argument
+    RESEARCHER = 3      # the researcher stopped the loop (cost cap, API unavailable, ...)
+    LOOP = 4            # the loop could not go on (the incumbent fails, the sandbox is gone)
+    INTERRUPTED = 130   # Ctrl-C; `run --tag` resumes
+
+
+# ---- records nested in events -------------------------------------------------------------
+
+PredictedDirection = Literal["improve", "worsen", "same"]
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A falsifiable, pre-registered prediction of the candidate's effect.
+
+    `expected_delta` and `interval` are in metric units as candidate − incumbent (raw metric
+    difference, so for a minimised metric an improvement is negative). `confidence` is the
+    probability the researcher gives to the interval covering the measured delta.
+    """
+
+    direction: PredictedDirection
+    expected_delta: float
+    interval: tuple[float, float]
+    confidence: float = 0.8
+    rationale: str = ""
+
+    def __post_init__(self) -> None:
+        if self.direction not in ("improve", "worsen", "same"):
+            raise ValueError(f"prediction direction must be improve|worsen|same, got {self.direction!r}")
+        lo, hi = self.interval
+        if not lo <= hi:
+            raise ValueError(f"prediction interval must have lo <= hi, got [{lo}, {hi}]")
+        if not 0.0 < self.confidence < 1.0:
+            raise ValueError(f"prediction confidence must be in (0, 1), got {self.confidence}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return encode(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Prediction":
+        return decode(cls, data)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What a keep rule concluded about one candidate, with its evidence.
+
+    `effect` is the improvement in the program's direction (positive = better) with its
+    `interval`; `candidate_values` and `reference_values` are the per-seed metrics the rule
+    looked at (seed -> value); `details` holds the rule's own diagnostics."""
+
+    verdict: Verdict
+    effect: float | None = None
+    interval: tuple[float, float] | None = None
+    p_value: float | None = None
+    seeds: tuple[int, ...] = ()
+    candidate_values: dict[int, float] = field(default_factory=dict)
+    reference_values: dict[int, float] = field(default_factory=dict)
+    rule: str = ""
+    reason: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return encode(self)
+
+
+@dataclass(frozen=True)
+class Score:
+    """A prediction held against the measurement (see agent/decide/scoring.py)."""
+
+    measured_delta: float
+    measured_direction: str
+    direction_right: bool
+    covered: bool             # the prediction's interval held the measured delta
+    error: float              # measured − expected delta
+    confidence: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return encode(self)
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What a researcher spent on one proposal (zero for researchers that spend nothing)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_input_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    usd: float = 0.0
+    calls: int = 0
+
+    TOKEN_FIELDS: ClassVar[tuple[str, ...]] = (
+        "input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+
+    @property
+    def tokens(self) -> int:
+        return sum(getattr(self, name) for name in self.TOKEN_FIELDS)
+
+    def __add__(self, other: "Usage") -> "Usage":
+        return Usage(**{f.name: getattr(self, f.name) + getattr(other, f.name)
+                        for f in dataclasses.fields(self)})
+
+    def to_dict(self) -> dict[str, Any]:
+        return encode(self)
+
+

@@ -1,0 +1,241 @@
+"""The state of a loop: what its events add up to.
+
+`LoopState.apply(event)` folds one event in; `fold(events)` is the same from nothing, for
+resume, tests and the morning's views. The ledger keeps a state and applies each event as
+it appends it (`agent.record.ledger.Ledger`), so a running loop never re-reads its file.
+Everything here is derived from the events alone: two states built from the same events
+are equal, however they were built.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from agent.record.events import (DecisionMade, Event, ExperimentInvalid, ExperimentProposed,
+                                 HypothesisQueued, LoopResumed, LoopStarted, LoopStopped,
+                                 Prediction, RunFinished, RunStarted, Role, Score, Usage, Verdict)
+from sandbox import Status
+
+
+@dataclass
+class Experiment:
+    """One proposal and what became of it."""
+
+    id: str
+    commit: str | None                # None for an invalid edit (never committed)
+    parent: str                       # the incumbent it was compared with
+    description: str
+    hypothesis: str
+    prediction: Prediction | None
+    researcher: str
+    hypothesis_id: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    usage: Usage | None = None        # what the researcher spent proposing it
+    runs: list[RunFinished] = field(default_factory=list)   # its candidate runs, in order
+    decision: DecisionMade | None = None
+    invalid_reason: str | None = None
+    diff: str = ""                    # an invalid edit's diff (a commit's diff lives in git)
+
+    @property
+    def decided(self) -> bool:
+        return self.decision is not None or self.invalid_reason is not None
+
+    @property
+    def verdict(self) -> Verdict | None:
+        if self.invalid_reason is not None:
+            return Verdict.INVALID
+        return self.decision.verdict if self.decision else None
+
+    @property
+    def score(self) -> Score | None:
+        return self.decision.score if self.decision else None
+
+    def values(self) -> list[float]:
+        """The metrics of its successful candidate runs (the runs that selected it)."""
+        return [run.metric for run in self.runs if run.ok and run.metric is not None]
+
+    def mean(self) -> float | None:
+        values = self.values()
+        return statistics.fmean(values) if values else None
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """How a researcher's pre-registered predictions held up over a night."""
+
+    n: int = 0
+    direction_accuracy: float | None = None
+    coverage: float | None = None              # share of intervals that held the measurement
+    claimed_confidence: float | None = None    # the mean confidence claimed for them
+    mean_abs_error: float | None = None
+
+
+def calibration(scores: Iterable[Score | None]) -> Calibration:
+    """Running calibration: how often intervals covered vs the confidence claimed."""
+    scored = [s for s in scores if s is not None]
+    if not scored:
+        return Calibration()
+    n = len(scored)
+    return Calibration(
+        n=n, direction_accuracy=sum(s.direction_right for s in scored) / n,
+        coverage=sum(s.covered for s in scored) / n,
+        claimed_confidence=sum(s.confidence for s in scored) / n,
+        mean_abs_error=sum(abs(s.error) for s in scored) / n)
+
+
+@dataclass
+class LoopState:
+    tag: str | None = None
+    base_commit: str | None = None
+    incumbent: str | None = None
+    started: bool = False
+    stopped_reason: str | None = None
+    budget_s: float | None = None     # per-run budget of the latest invocation that said
+    experiments: dict[str, Experiment] = field(default_factory=dict)
+    runs: list[RunFinished] = field(default_factory=list)    # finished, not interrupted
+    in_flight: dict[str, RunStarted] = field(default_factory=dict)   # run_id -> started, not finished
+    interrupted: list[RunStarted | RunFinished] = field(default_factory=list)
+    hypotheses: dict[str, HypothesisQueued] = field(default_factory=dict)
+    decisions: list[DecisionMade] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)               # the researcher's, whole night
+    # indices, kept as events arrive so that lookups do not scan every run of the night
+    _ok: dict[str, dict[Role, dict[int, float]]] = field(default_factory=dict, repr=False)
+    _ok_any: dict[str, dict[int, float]] = field(default_factory=dict, repr=False)
+    _metrics: dict[str, list[float]] = field(default_factory=dict, repr=False)
+    _pending: str | None = field(default=None, repr=False)
+
+    # ---- folding ---------------------------------------------------------------------
+
+    def apply(self, event: Event) -> None:
+        """Fold one event into the state."""
+        handler = _HANDLERS.get(type(event))
+        if handler is not None:
+            handler(self, event)
+
+    def _loop_started(self, event: LoopStarted) -> None:
+        self.started, self.tag = True, event.tag
+        self.base_commit = self.incumbent = event.base_commit
+        self.budget_s = event.budget_s or event.program.get("budget_s") or self.budget_s
+
+    def _loop_resumed(self, event: LoopResumed) -> None:
+        self._close_in_flight()
+        self.budget_s = event.budget_s or self.budget_s
+
+    def _loop_stopped(self, event: LoopStopped) -> None:
+        self.stopped_reason = event.reason
+
+    def _close_in_flight(self) -> None:
+        """A new invocation starts: runs the last one started and never finished died with it."""
+        self.interrupted.extend(self.in_flight.values())
+        self.in_flight.clear()
+
+    def _hypothesis(self, event: HypothesisQueued) -> None:
+        self.hypotheses[event.hypothesis_id] = event
+
+    def _proposed(self, event: ExperimentProposed) -> None:
+        self._add(Experiment(
+            id=event.id, commit=event.commit, parent=event.parent, description=event.description,
+            hypothesis=event.hypothesis, prediction=event.prediction, researcher=event.researcher,
+            hypothesis_id=event.hypothesis_id, extra=dict(event.extra), usage=event.usage))
+
+    def _invalid(self, event: ExperimentInvalid) -> None:
+        self._add(Experiment(
+            id=event.id, commit=event.commit, parent=event.parent, description=event.description,
+            hypothesis=event.hypothesis, prediction=event.prediction, researcher=event.researcher,
+            hypothesis_id=event.hypothesis_id, usage=event.usage, invalid_reason=event.reason,
+            diff=event.diff))
+
+    def _add(self, experiment: Experiment) -> None:
+        self.experiments[experiment.id] = experiment
+        if experiment.usage is not None:
+            self.usage = self.usage + experiment.usage
+        if not experiment.decided and self._pending is None:
+            self._pending = experiment.id
+
+    def _run_started(self, event: RunStarted) -> None:
+        self.in_flight[event.run_id] = event
+
+    def _run_finished(self, event: RunFinished) -> None:
+        self.in_flight.pop(event.run_id, None)
+        if event.status == Status.INTERRUPTED:
+            self.interrupted.append(event)
+            return
+        self.runs.append(event)
+        if event.ok and event.metric is not None:
+            self._ok.setdefault(event.commit, {}).setdefault(event.role, {})[event.seed] = event.metric
+            self._ok_any.setdefault(event.commit, {})[event.seed] = event.metric
+            self._metrics.setdefault(event.commit, []).append(event.metric)
+        experiment = self.experiments.get(event.experiment or "")
+        if experiment is not None and event.role == Role.CANDIDATE:
+            experiment.runs.append(event)
+
+    def _decided(self, event: DecisionMade) -> None:
+        self.decisions.append(event)
+        experiment = self.experiments.get(event.id)
+        if experiment is not None:
+            experiment.decision = event
+        if event.verdict == Verdict.KEEP:
+            self.incumbent = event.commit
+        if self._pending == event.id:
+            self._pending = next((e.id for e in self.experiments.values() if not e.decided), None)
+
+    # ---- reading ---------------------------------------------------------------------
+
+    @property
+    def pending(self) -> Experiment | None:
+        """The experiment that was proposed but not decided when the loop stopped."""
+        return self.experiments[self._pending] if self._pending is not None else None
+
+    @property
+    def next_index(self) -> int:
+        return len(self.experiments) + 1
+
+    def ok_values(self, commit: str, role: Role | None = None) -> dict[int, float]:
+        """seed -> metric for the OK runs of a commit (optionally of one role only)."""
+        if role is None:
+            return dict(self._ok_any.get(commit, {}))
+        return dict(self._ok.get(commit, {}).get(Role(role), {}))
+
+    def reference(self, commit: str) -> dict[int, float]:
+        """The incumbent's fresh reference runs: never the runs that selected it."""
+        return self.ok_values(commit, Role.REFERENCE)
+
+    def noise_groups(self) -> list[list[float]]:
+        """Per-commit lists of OK metrics, for the pooled seed-to-seed spread."""
+        return [list(values) for values in self._metrics.values()]
+
+    def open_hypotheses(self) -> list[tuple[str, str]]:
+        tested = {e.hypothesis_id for e in self.experiments.values() if e.hypothesis_id}
+        return [(hid, h.text) for hid, h in self.hypotheses.items() if hid not in tested]
+
+    def kept(self) -> list[Experiment]:
+        return [e for e in self.experiments.values() if e.verdict == Verdict.KEEP]
+
+    def verdict_counts(self) -> dict[str, int]:
+        """How many experiments ended each way ("running" for the undecided), sorted by name."""
+        counts: dict[str, int] = {}
+        for experiment in self.experiments.values():
+            key = experiment.verdict.value if experiment.verdict else "running"
+            counts[key] = counts.get(key, 0) + 1
+        return dict(sorted(counts.items()))
+
+    def calibration(self) -> Calibration:
+        return calibration(e.score for e in self.experiments.values())
+
+
+_HANDLERS = {
+    LoopStarted: LoopState._loop_started, LoopResumed: LoopState._loop_resumed,
+    LoopStopped: LoopState._loop_stopped, HypothesisQueued: LoopState._hypothesis,
+    ExperimentProposed: LoopState._proposed, ExperimentInvalid: LoopState._invalid,
+    RunStarted: LoopState._run_started, RunFinished: LoopState._run_finished,
+    DecisionMade: LoopState._decided,
+}
+
+
+def fold(events: Iterable[Event]) -> LoopState:
+    """The state of a loop from its events, in order."""
+    state = LoopState()
+    for event in events:
+        state.apply(event)
+    return state

@@ -1,0 +1,119 @@
+"""Views of a ledger for people: `results.tsv` in autoresearch's columns, and pandas frames.
+
+    from agent.record import load
+    frames = load("results/nov30")   # {"experiments", "runs", "decisions", "replays", "replay_runs"}
+
+Columns are documented in docs/ledger.md.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from agent.record.events import ReplayCommit, ReplayRun, encode
+from agent.record.ledger import read_events
+from agent.record.state import LoopState, fold
+
+TSV_FILE = "results.tsv"
+TSV_COLUMNS = ("commit", "val_bpb", "memory_gb", "status", "description")
+
+
+def write_tsv(state: LoopState, results_dir: Path, metric: str = "val_bpb") -> Path:
+    """Regenerate results.tsv in autoresearch's columns (the metric column keeps its name)."""
+    lines = ["\t".join((TSV_COLUMNS[0], metric, *TSV_COLUMNS[2:]))]
+    for experiment in state.experiments.values():
+        if not experiment.decided:
+            continue
+        mean = experiment.mean()
+        memory = [r.peak_memory_mb for r in experiment.runs if r.peak_memory_mb]
+        value = f"{mean:.6f}" if mean is not None else "0.000000"
+        memory_gb = f"{max(memory) / 1024:.1f}" if memory else "0.0"
+        commit = (experiment.commit or "0000000")[:7]
+        description = experiment.description.replace("\t", " ").replace("\n", " ")
+        lines.append("\t".join((commit, value, memory_gb, str(experiment.verdict), description)))
+    path = Path(results_dir) / TSV_FILE
+    tmp = path.with_suffix(".tsv.tmp")
+    tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def load(results_dir: str | Path) -> dict[str, Any]:
+    """Tidy pandas DataFrames of a tag: {"experiments", "runs", "decisions", "replays",
+    "replay_runs"}. Columns are documented in docs/ledger.md.
+
+    experiments: one row per experiment (id, commit, parent, description, hypothesis,
+      researcher, verdict, effect, ci_low, ci_high, p_value, n_seeds, candidate_mean,
+      predicted_delta, prediction_direction, prediction_covered)
+    runs: one row per finished run (run_id, commit, experiment, role, seed, status, metric,
+      duration_s, peak_memory_mb, plus every numeric metric the script reported)
+    """
+    import pandas as pd
+
+    events = list(read_events(Path(results_dir)))
+    state = fold(events)
+    return {
+        "experiments": pd.DataFrame([_experiment_row(e) for e in state.experiments.values()]),
+        "runs": pd.DataFrame([_run_row(run) for run in state.runs]),
+        "decisions": pd.DataFrame([{**(encode(d.decision) if d.decision else {}), "id": d.id,
+                                    "verdict": d.verdict.value} for d in state.decisions]),
+        "replays": pd.DataFrame([_replay_row(e) for e in events if isinstance(e, ReplayCommit)]),
+        "replay_runs": pd.DataFrame([{k: encode(getattr(e, k)) for k in _REPLAY_RUN_COLUMNS}
+                                     for e in events if isinstance(e, ReplayRun)]),
+    }
+
+
+def _experiment_row(experiment) -> dict[str, Any]:
+    decided = experiment.decision
+    interval = (decided.interval if decided else None) or (None, None)
+    prediction, score = experiment.prediction, experiment.score
+    return {
+        "id": experiment.id, "commit": experiment.commit, "parent": experiment.parent,
+        "description": experiment.description, "hypothesis": experiment.hypothesis,
+        "researcher": experiment.researcher,
+        "verdict": experiment.verdict.value if experiment.verdict else None,
+        "effect": decided.effect if decided else None, "ci_low": interval[0], "ci_high": interval[1],
+        "p_value": decided.p_value if decided else None, "n_seeds": len(experiment.values()),
+        "candidate_mean": experiment.mean(),
+        "predicted_delta": prediction.expected_delta if prediction else None,
+        "prediction_direction": prediction.direction if prediction else None,
+        "prediction_covered": score.covered if score else None,
+        "direction_right": score.direction_right if score else None,
+        "usd": experiment.usage.usd if experiment.usage else None,
+        "time": decided.time if decided else None,
+    }
+
+
+def _run_row(run) -> dict[str, Any]:
+    row = {k: encode(getattr(run, k)) for k in ("run_id", "commit", "experiment", "role", "seed",
+                                                "status", "metric", "duration_s", "peak_memory_mb",
+                                                "time")}
+    for key, value in run.metrics.items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and key not in row:
+            row[key] = value
+    return row
+
+
+_REPLAY_RUN_COLUMNS = ("replay_id", "commit", "target_role", "experiment", "seed", "budget_s",
+                       "split", "status", "metric", "duration_s", "env_changed", "run_id", "time")
+
+
+def _replay_row(event: ReplayCommit) -> dict[str, Any]:
+    """One replayed commit, flattened (see docs/ledger.md for the columns)."""
+    original, reproduce = event.original, event.reproduce
+    interval = reproduce.get("interval") or [None, None]
+    full = event.full_interval or (None, None)
+    return {
+        **{k: getattr(event, k) for k in ("replay_id", "commit", "target_role", "experiment",
+                                          "parent", "budget_s", "split", "n_ok", "n_failed", "mean",
+                                          "sd", "proxy_effect", "full_effect", "full_effect_vs_base",
+                                          "env_changed", "time")},
+        "full_ci_low": full[0], "full_ci_high": full[1],
+        "original_mean": original.get("mean"), "original_n": original.get("n"),
+        "original_budget_s": original.get("budget_s"),
+        "reproduced": reproduce.get("reproduced"), "difference": reproduce.get("difference"),
+        "difference_ci_low": interval[0], "difference_ci_high": interval[1],
+        "env_diff": ", ".join(d["field"] for d in event.env_diff or []),
+    }
+
