@@ -35,7 +35,8 @@ from sandbox import Status
 __all__ = [  # the records events carry are importable from here too: one place to look
     "Decision", "ExitCode", "Prediction", "PredictedDirection", "Role", "Score", "Usage", "Verdict",
     "Event", "LoopFacts", "LoopStarted", "LoopResumed", "LoopStopped", "HypothesisQueued",
-    "ExperimentProposed", "ExperimentInvalid", "RunStarted", "RunFinished", "DecisionMade",
+    "ExperimentFacts", "ExperimentProposed", "ExperimentInvalid", "RunIdentity", "RunStarted",
+    "RunFinished", "DecisionMade",
     "Replay", "ReplayRun", "ReplayCommit", "ReplaySummary", "EVENT_TYPES", "REPLAY_TYPES",
     "UnknownEvent", "parse_event", "encode", "decode",
 ]
@@ -103,54 +104,55 @@ class HypothesisQueued(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
-class ExperimentProposed(Event):
-    kind: ClassVar[str] = "experiment_proposed"
+class ExperimentFacts(Event):
+    """What a researcher proposed for experiment `id`, against the incumbent `parent`."""
+
     id: str
-    commit: str
     parent: str
     description: str = ""
     hypothesis: str = ""
     prediction: Prediction | None = None
     researcher: str = ""
     hypothesis_id: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)   # researcher-specific (optuna params, ...)
-    usage: Usage | None = None
+    usage: Usage | None = None             # what proposing it cost
 
 
 @dataclass(frozen=True, kw_only=True)
-class ExperimentInvalid(Event):
+class ExperimentProposed(ExperimentFacts):
+    kind: ClassVar[str] = "experiment_proposed"
+    commit: str
+    extra: dict[str, Any] = field(default_factory=dict)   # researcher-specific (optuna params, ...)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExperimentInvalid(ExperimentFacts):
+    """A proposal that never became a run: the gate refused it or the researcher gave none."""
+
     kind: ClassVar[str] = "experiment_invalid"
-    id: str
-    parent: str
     reason: str
     commit: str | None = None
-    description: str = ""
-    hypothesis: str = ""
-    prediction: Prediction | None = None
-    researcher: str = ""
-    hypothesis_id: str | None = None
     diff: str = ""
-    usage: Usage | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
-class RunStarted(Event):
+class RunIdentity(Event):
+    """Which run: `commit` on `seed`, made as `role` (for `experiment`, if a candidate)."""
+
+    run_id: str
+    commit: str
+    seed: int
+    role: Role
+    experiment: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunStarted(RunIdentity):
     kind: ClassVar[str] = "run_started"
-    run_id: str
-    commit: str
-    seed: int
-    role: Role
-    experiment: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
-class RunFinished(Event):
+class RunFinished(RunIdentity):
     kind: ClassVar[str] = "run_finished"
-    run_id: str
-    commit: str
-    seed: int
-    role: Role
-    experiment: str | None = None
     status: Status
     metric: float | None = None            # set only when status is ok
     metrics: dict[str, Any] = field(default_factory=dict)
