@@ -7,7 +7,6 @@ nothing lost or duplicated and nothing left running; Ctrl-C exits 130 with every
 each worker gets its own device (fake GPU lists) or its own cores.
 """
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -21,7 +20,7 @@ from agent.night.session import build_session
 from agent.program import load_program
 from agent.record.events import Verdict
 from sandbox import Status
-from tests.loop_helpers import PROJECT, cli_env, events, git_out, loop_state, make_repo, nightshift
+from tests.loop_helpers import cli_env, events, git_out, loop_state, make_repo, nightshift
 
 SLEEPY = '''\
 import json, os, random, time
