@@ -1,6 +1,5 @@
 """The Ray backend on a real two-node cluster on loopback: runs land on both nodes, their
 results come back, Ctrl-C cancels every task, and nothing listens beyond 127.0.0.1."""
-import os
 import re
 import signal
 import subprocess
