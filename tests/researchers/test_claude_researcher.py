@@ -14,7 +14,7 @@ import pytest
 from agent.researchers.base import ResearchContext, ResearcherError
 from agent.researchers.claude import DEFAULT_MODEL, ClaudeResearcher, ClaudeSettings, ProposalRejected
 from agent.researchers.claude_tools import TOOL_NAMES
-from tests.fake_anthropic import FakeAnthropic, error, message, text, tool_use
+from tests.fakes.anthropic_api import FakeAnthropic, error, message, text, tool_use
 
 CLIENT_KEY = "sk-test-client-secret-0123456789"
 ENV_KEY = "sk-ant-env-secret-9876543210"
@@ -92,7 +92,7 @@ def test_a_good_edit_with_a_prediction_becomes_a_proposal(fake, researcher_for):
     assert [m["role"] for m in second["messages"]] == ["user", "assistant", "user"]
     assert tool_results(second)[0].get("is_error") is not True
     usage = researcher.usage()
-    assert usage["calls"] == 2 and usage["input_tokens"] > 0 and usage["usd"] > 0
+    assert usage["calls"] == 2 and usage["input_tokens"] + usage["cache_creation_input_tokens"] > 0 and usage["usd"] > 0
     assert usage["usd"] == pytest.approx(proposal.usage.usd) and proposal.usage.calls == 2
 
 
