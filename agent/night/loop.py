@@ -15,12 +15,13 @@ from typing import Any, Protocol
 from agent.decide.decision import DecisionRule, Evidence, pooled_sd
 from agent.decide.scoring import score_prediction
 from agent.program import Program
+from agent.record.brief import EvaluationPlan, build_brief
 from agent.record.events import (Decision, DecisionMade, ExitCode, ExperimentInvalid,
                                  ExperimentProposed, LoopResumed, LoopStarted, LoopStopped,
                                  Prediction, Role, RunFinished, Verdict)
 from agent.record.ledger import Ledger
+from agent.record.provenance import environment
 from agent.record.state import Experiment, LoopState
-from agent.record.summary import ledger_summary
 from agent.record.views import write_tsv
 from agent.researchers import (Outcome, Proposal, ProposalRejected, ResearchContext, Researcher,
                                ResearcherError)
@@ -64,6 +65,12 @@ class StopRules:
     def time_is_up(self) -> bool:
         return self.hours is not None and time.monotonic() - self.started >= self.hours * 3600
 
+    def deadline(self) -> float | None:
+        """When --hours runs out, as epoch seconds (what a researcher's retries must respect)."""
+        if self.hours is None:
+            return None
+        return time.time() + self.hours * 3600 - (time.monotonic() - self.started)
+
     def reached(self, decided_here: int) -> str | None:
         if self.max_experiments is not None and decided_here >= self.max_experiments:
             return f"reached --max-experiments {self.max_experiments}"
@@ -83,6 +90,7 @@ class ResearchLoop:
     rule: DecisionRule
     observer: Observer = field(default_factory=QuietObserver)
     facts: dict[str, Any] = field(default_factory=dict)   # recorded with loop_started/resumed
+    _stop_rules: StopRules | None = field(default=None, init=False, repr=False)   # for the deadline
 
     @property
     def state(self) -> LoopState:
@@ -95,6 +103,7 @@ class ResearchLoop:
         """Run until a stop rule holds. Returns the reason it stopped. Ctrl-C propagates
         after the ledger is closed cleanly."""
         self._start()
+        self._stop_rules = stop
         decided_here = 0
         try:
             while True:
@@ -238,18 +247,30 @@ class ResearchLoop:
         state = self.state
         target = self.program.target
         reference = state.reference(state.incumbent)
-        sd, _ = pooled_sd(state.noise_groups())
+        sd, dof = pooled_sd(state.noise_groups())
+        brief = build_brief(state, self._test_plan(), noise_sd=sd, noise_dof=dof,
+                            environment=environment())
         return ResearchContext(
             program_text=self.program.prose, target=target,
             incumbent_source=self.workspace.read(target, state.incumbent),
             incumbent_commit=state.incumbent,
             protected=self._protected_sources(state.incumbent),
-            ledger_summary=ledger_summary(state, self.program.metric),
+            ledger_summary=brief.text(),
             metric=self.program.metric, direction=self.program.direction, noise_sd=sd,
             incumbent_value=sum(reference.values()) / len(reference) if reference else None,
             experiment_index=state.next_index, hypotheses=tuple(state.open_hypotheses()),
-            workdir=self.workspace.path,
+            workdir=self.workspace.path, brief=brief,
+            deadline=self._stop_rules.deadline() if self._stop_rules else None,
         )
+
+    def _test_plan(self) -> EvaluationPlan:
+        """The test a candidate must pass, as the brief states it."""
+        program = self.program
+        return EvaluationPlan(metric=program.metric, direction=program.direction,
+                        budget_s=self.executor.plan.budget_s, seeds_baseline=program.seeds.baseline,
+                        seeds_screen=program.seeds.screen, seeds_max=program.seeds.max,
+                        alpha=program.alpha, min_effect=program.min_effect, rule=self.rule.name,
+                        fdr=program.fdr)
 
     def _protected_sources(self, commit: str) -> dict[str, str]:
         sources = {}
@@ -268,7 +289,7 @@ class ResearchLoop:
         try:
             proposal = self.researcher.propose(context)
         except ProposalRejected as rejected:
-            self._record_invalid(experiment_id, None, str(rejected), rejected.usage)
+            self._record_invalid(experiment_id, None, str(rejected), rejected.usage, rejected.extra)
             return None
         gate = check_source(self.program.target, context.incumbent_source, proposal.source)
         if not gate.ok:
@@ -287,7 +308,7 @@ class ResearchLoop:
         return self.state.experiments[experiment_id]
 
     def _record_invalid(self, experiment_id: str, proposal: Proposal | None, reason: str,
-                        usage) -> None:
+                        usage, extra: dict[str, Any] | None = None) -> None:
         diff = ""
         incumbent = self.state.incumbent
         if proposal is not None:
@@ -301,7 +322,8 @@ class ResearchLoop:
             hypothesis=proposal.hypothesis if proposal else "",
             prediction=proposal.prediction if proposal else None,
             researcher=self.researcher.name,
-            hypothesis_id=proposal.hypothesis_id if proposal else None, diff=diff, usage=usage))
+            hypothesis_id=proposal.hypothesis_id if proposal else None, diff=diff, usage=usage,
+            extra=dict(proposal.extra) if proposal else dict(extra or {})))
         self.observer.message(f"{experiment_id}: invalid — {reason}")
         if proposal is not None:
             self.researcher.observe(proposal, Outcome(experiment_id, Verdict.INVALID, None, None, reason))

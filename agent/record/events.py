@@ -131,6 +131,7 @@ class ExperimentInvalid(Event):
     hypothesis_id: str | None = None
     diff: str = ""
     usage: Usage | None = None
+    extra: dict[str, Any] = field(default_factory=dict)   # researcher-specific (mistakes, transcript, ...)
 
 
 @dataclass(frozen=True, kw_only=True)
