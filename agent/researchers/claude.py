@@ -184,8 +184,7 @@ class ClaudeResearcher(LLMResearcher):
                  client: Any = None, experiment_detail: Callable[[str], str] | None = None,
                  sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.time,
                  env: Mapping[str, str] | None = None) -> None:
-        typed = settings_of(ClaudeSettings, settings, check_claude,
-                            lambda message: ResearcherError(f"claude.{message}"))
+        typed = settings_of(ClaudeSettings, settings, "claude", check_claude, ResearcherError)
         env = os.environ if env is None else env
         client = client if client is not None else make_client(typed, env)
         secrets = [env.get(name) for name in _SECRET_ENV] + [

@@ -136,22 +136,23 @@ def check_claude(settings: ClaudeSettings) -> list[tuple[str, str]]:
 S = TypeVar("S", bound=LLMSettings)
 
 
-def settings_of(cls: type[S], raw: "S | Mapping[str, Any] | None",
+def settings_of(cls: type[S], raw: "S | Mapping[str, Any] | None", section: str,
                 check: Callable[[S], list[tuple[str, str]]] = check_llm,
                 error: Callable[[str], Exception] = ValueError) -> S:
     """Typed settings from an instance or a plain mapping (tests, notebooks). program.md's
-    own values arrive typed already; this only names unknown keys and cross-field problems."""
+    own values arrive typed already; this only names unknown keys and cross-field problems,
+    as `<section>.<key>: ...`."""
     if isinstance(raw, cls):
         settings = raw
     else:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(raw or {}) - known)
         if unknown:
-            raise error(f"unknown setting {unknown[0]!r}; known: {', '.join(sorted(known))}")
+            raise error(f"{section}.{unknown[0]}: unknown setting; known: {', '.join(sorted(known))}")
         values = dict(raw or {})
         if isinstance(values.get("prices"), Mapping):
             values["prices"] = Prices(**values["prices"])
         settings = cls(**values)
     for name, message in check(settings):
-        raise error(f"{name}: {message}")
+        raise error(f"{section}.{name}: {message}")
     return settings

@@ -367,7 +367,7 @@ def test_the_token_cap_counts_cache_reads_and_writes(fake, researcher_for):
 
 
 def test_settings_given_as_a_mapping_name_an_unknown_key():
-    with pytest.raises(ResearcherError, match="claude.unknown setting 'modle'"):
+    with pytest.raises(ResearcherError, match="claude.modle: unknown setting"):
         ClaudeResearcher(state_dir=Path("/nonexistent"), settings={"modle": "x"}, client=object())
 
 
