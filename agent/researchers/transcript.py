@@ -33,6 +33,15 @@ class Redactor:
         return _SECRET_SHAPES.sub("[redacted]", text)
 
 
+def _without_cache_marks(message: Any) -> Any:
+    """A message as the model reads it: the moving cache breakpoint is not a change."""
+    content = message.get("content") if isinstance(message, dict) else None
+    if not isinstance(content, list):
+        return message
+    return {**message, "content": [{k: v for k, v in b.items() if k != "cache_control"}
+                                   if isinstance(b, dict) else b for b in content]}
+
+
 class Transcript:
     """The calls of one proposal, saved as JSON by `save`."""
 
@@ -52,12 +61,13 @@ class Transcript:
         if self.tools is None and "tools" in body:
             self.tools = body["tools"]
         messages = list(body.get(messages_key) or [])
+        plain = [_without_cache_marks(m) for m in messages]
         same = 0                    # messages unchanged since the previous request
-        while same < min(len(messages), len(self._last)) and messages[same] == self._last[same]:
+        while same < min(len(plain), len(self._last)) and plain[same] == self._last[same]:
             same += 1
         self.calls.append({"call": len(self.calls) + 1, "params": params,
                            "from_message": same, "new_messages": messages[same:]})
-        self._last = messages
+        self._last = plain
 
     def answer(self, response: dict[str, Any]) -> None:
         self.calls[-1]["response"] = response

@@ -109,9 +109,14 @@ def test_a_claude_night_with_trouble_injected_finishes_every_experiment(tmp_path
     env = cli_env(tmp_path / "data")
     with claude_api.FakeAnthropic(claude_script(), credentials=[CLAUDE_KEY]) as fake:
         env.update(ANTHROPIC_API_KEY=CLAUDE_KEY, ANTHROPIC_BASE_URL=fake.url)
-        done = nightshift(repo, "run", "--tag", "c20", "--max-experiments", str(EXPERIMENTS), env=env)
+        done = nightshift(repo, "run", "--tag", "c20", "--max-experiments", str(EXPERIMENTS),
+                          "--hours", "5", env=env)
         status = nightshift(repo, "status", "--tag", "c20", env=env)
     assert fake.rejections == [] and all(r.status != 400 for r in fake.requests)
+    # The brief reached the model: the night's deadline, the test, every earlier experiment.
+    last = _claude_opening(fake.requests[-1].json)
+    assert re.search(r"the night ends in [45]\.\d h", last) and "alpha 0.04" in last
+    assert all(f"e{n:04d} " in last for n in range(1, EXPERIMENTS))
     state = _every_experiment_finished(repo, "c20", done, {"truncated": 1, "refusal": 1})
     assert state.usage.cache_read_input_tokens > state.usage.input_tokens      # the prompt cache served
     assert "6 retried" in status.stdout and "cache writes" in status.stdout
@@ -132,3 +137,14 @@ def test_the_same_night_with_the_openai_researcher(tmp_path):
     assert all(m["content"] is None or m["content"].strip() for m in sent)   # the "\n\n" was not echoed
     assert state.usage.usd == 0.0                     # a local endpoint is free
     _key_is_nowhere(repo, fake, OPENAI_KEY, done)
+
+
+def test_a_model_that_keeps_refusing_stops_the_night_with_exit_3(tmp_path):
+    repo = make_repo(tmp_path / "user", {"noise.py": NOISE_SCRIPT, "program.md": PROGRAM_LLM})
+    env = cli_env(tmp_path / "data")
+    with claude_api.FakeAnthropic([claude_api.refusal()] * 2) as fake:
+        env.update(ANTHROPIC_API_KEY=CLAUDE_KEY, ANTHROPIC_BASE_URL=fake.url)
+        done = nightshift(repo, "run", "--tag", "r", "--max-experiments", "3", env=env)
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "refused 2 times in a row (frontier_llm" in done.stderr and "fallback_model" in done.stderr
+    assert loop_state(repo, "r").stopped_reason.startswith("ResearcherError")

@@ -226,3 +226,38 @@ def test_the_cache_ttl_setting_marks_the_stable_prefix_and_stays_within_four_bre
 def test_an_unknown_model_stops_with_the_fix(fake, researcher_for):
     with pytest.raises(ResearcherError, match="claude.model"):
         researcher_for(model="claude-sonnet-9-9").propose(make_context())
+
+
+def test_no_try_waits_past_the_nights_deadline(fake, researcher_for, clock):
+    fake.push(timeout(5.0))                       # would answer after 5 s; the night ends in 1.5 s
+    started = __import__("time").monotonic()
+
+    with pytest.raises(ProposalRejected, match="deadline"):
+        researcher_for(timeout_s=600).propose(make_context(deadline=clock.now + 1.5))
+
+    assert __import__("time").monotonic() - started < 4.0     # the try's timeout was cut to the deadline
+    assert len(fake.requests) == 1
+
+
+# ---- 5. transcripts ---------------------------------------------------------------------------
+
+def test_each_proposal_leaves_a_transcript_of_its_calls_with_secrets_removed(fake, researcher_for, monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
+    fake.push(overloaded(), message([text("Raising LR."), tool_use("edit_file", GOOD_EDIT)]),
+              error(400, "invalid_request_error", f"echoing what we were sent: x-api-key {KEY}"))
+    researcher = researcher_for()
+
+    with pytest.raises(ProposalRejected) as caught:
+        researcher.propose(make_context())
+
+    assert KEY not in caught.value.reason and "[redacted]" in caught.value.reason
+    path = researcher.state_dir.parent / caught.value.extra["transcript"]
+    saved = path.read_text()
+    assert KEY not in saved
+    record = json.loads(saved)
+    assert record["system"][0]["text"].startswith("You are the researcher")
+    first, second = record["calls"]
+    assert first["failed_tries"][0]["kind"] == "retry" and first["response"]["content"][0]["text"] == "Raising LR."
+    assert first["new_messages"][0]["role"] == "user" and second["from_message"] == 1
+    assert [m["role"] for m in second["new_messages"]] == ["assistant", "user"]
+    assert second["failed_tries"][0]["status"] == 400 and "[redacted]" in second["failed_tries"][0]["message"]
