@@ -196,7 +196,7 @@ class LLMResearcher(Researcher):
                                     hypothesis=submission.hypothesis, prediction=submission.prediction,
                                     hypothesis_id=submission.hypothesis_id, extra=extra_, usage=spent)
                 if errors.get("bad_prediction", 0) >= 2:
-                    why = next(r.text for r in results if r.error == "bad_prediction")
+                    why = next(r.text for r in results if r.error == "bad_prediction").split("\nThis is the one")[0]
                     raise reject(f"no usable prediction after it was returned once: {why}")
                 self.dialect.extend(conversation, turn, results, note)
             raise reject(f"no valid submission within max_turns={s.max_turns} turns")
