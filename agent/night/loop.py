@@ -248,7 +248,7 @@ class ResearchLoop:
         target = self.program.target
         reference = state.reference(state.incumbent)
         sd, dof = pooled_sd(state.noise_groups())
-        brief = build_brief(state, self._test_plan(), noise_sd=sd, noise_dof=dof,
+        brief = build_brief(state, self._evaluation_plan(), noise_sd=sd, noise_dof=dof,
                             environment=environment())
         return ResearchContext(
             program_text=self.program.prose, target=target,
@@ -263,14 +263,15 @@ class ResearchLoop:
             deadline=self._stop_rules.deadline() if self._stop_rules else None,
         )
 
-    def _test_plan(self) -> EvaluationPlan:
+    def _evaluation_plan(self) -> EvaluationPlan:
         """The test a candidate must pass, as the brief states it."""
         program = self.program
         return EvaluationPlan(metric=program.metric, direction=program.direction,
-                        budget_s=self.executor.plan.budget_s, seeds_baseline=program.seeds.baseline,
-                        seeds_screen=program.seeds.screen, seeds_max=program.seeds.max,
-                        alpha=program.alpha, min_effect=program.min_effect, rule=self.rule.name,
-                        fdr=program.fdr)
+                              budget_s=self.executor.plan.budget_s,
+                              seeds_baseline=program.seeds.baseline,
+                              seeds_screen=program.seeds.screen, seeds_max=program.seeds.max,
+                              alpha=program.alpha, min_effect=program.min_effect,
+                              rule=self.rule.name, fdr=program.fdr)
 
     def _protected_sources(self, commit: str) -> dict[str, str]:
         sources = {}
