@@ -335,3 +335,19 @@ def test_host_mode_refuses_a_python_prefix_the_sandbox_user_cannot_read(tmp_path
     prefix.chmod(0o755)
     assert runtime_mounts(labels)[-1].target == str(prefix)
     assert runtime_mounts({LABEL_MODE: "dockerfile"}) == []
+
+
+def test_a_workers_share_reaches_the_container_and_stop_ends_the_run(runner, make_spec):
+    # A worker's cores (cpuset) are the container's, and `stop` set from another thread ends
+    # the run as INTERRUPTED without raising (the scheduler's cancellation).
+    script = ("import json, os, time\n"
+              "json.dump({'val_bpb': 1.0, 'cpus': sorted(os.sched_getaffinity(0))},"
+              " open(os.path.join(os.environ['NIGHTSHIFT_OUT'], 'result.json'), 'w'))\n"
+              "time.sleep(float(os.environ.get('SLEEP', '0')))\n")
+    cores = sorted(os.sched_getaffinity(0))[:1]
+    done = runner.run(make_spec(script, limits=Limits(memory_mb=256, cpuset=tuple(cores))))
+    assert done.status is Status.OK and done.metrics["cpus"] == cores
+    stop = threading.Event()
+    threading.Timer(2.0, stop.set).start()
+    slow = runner.run(make_spec(script, env={"SLEEP": "60"}, budget_s=90), stop=stop)
+    assert slow.status is Status.INTERRUPTED and slow.duration_s < 30

@@ -9,7 +9,11 @@ import os
 import resource
 import signal
 import socket
+import subprocess
+import sys
 import threading
+import time
+from pathlib import Path
 
 from tests import hostile
 import pytest
@@ -224,3 +228,46 @@ def test_keyboard_interrupt_kills_tree_and_reraises_with_result(runner, hostile_
     assert result.status == Status.INTERRUPTED and "sleeping" in result.log_path.read_text()
     assert_clean(result)
     assert_next_run_is_normal(runner, hostile_spec)
+
+
+def test_a_run_dies_with_its_harness_even_when_the_harness_is_killed(tmp_path, hostile_spec):
+    # kill -9 of the process that runs the sandbox: the whole tree goes with it (parent-death
+    # signal through the namespace), instead of outliving its deadline.
+    spec = hostile_spec("sleep", budget_s=300)
+    marker = tmp_path / "marker.txt"
+    harness = tmp_path / "harness.py"
+    harness.write_text(
+        "import pathlib, sys\n"
+        f"sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})\n"
+        "import pickle\n"
+        "from sandbox.local import LocalRunner\n"
+        f"spec = pickle.loads(pathlib.Path({str(tmp_path / 'spec.pkl')!r}).read_bytes())\n"
+        f"pathlib.Path({str(marker)!r}).write_text('started')\n"
+        "LocalRunner().run(spec)\n")
+    import pickle
+    (tmp_path / "spec.pkl").write_bytes(pickle.dumps(spec))
+    proc = subprocess.Popen([sys.executable, str(harness)])
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not (spec.out_dir.parent / "log.txt").exists():
+        time.sleep(0.1)
+    time.sleep(1.5)                                    # the sleeper is running
+    assert _processes_of(spec.snapshot_dir), "the run never started"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _processes_of(spec.snapshot_dir):
+        time.sleep(0.2)
+    assert _processes_of(spec.snapshot_dir) == []
+
+
+def _processes_of(snapshot) -> list[int]:
+    """Processes whose working directory is the run's snapshot."""
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                if os.readlink(f"/proc/{name}/cwd") == str(snapshot):
+                    found.append(int(name))
+            except OSError:
+                pass
+    return found
