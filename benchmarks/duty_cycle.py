@@ -3,6 +3,7 @@
 
     python benchmarks/duty_cycle.py [--run-s 6] [--think-s 0.6] [--workers 1 2 4 8]
     python benchmarks/duty_cycle.py --speedup [--candidates 20] [--run-s 3]
+    RAY_ADDRESS=host:port python benchmarks/duty_cycle.py --cluster ray --workers 3
 
 The real loop (ledger, git workspace, snapshots, the local sandbox, the keep rule, the
 scheduler) runs sleep-based training scripts (each run sleeps `--run-s` and prints a noisy
@@ -10,8 +11,10 @@ metric, so nothing competes for the cores) and a researcher that thinks `--think
 per proposal (a delaying researcher: the stand-in for an LLM's latency). Utilisation is read
 from the ledger afterwards (`agent.record.views.utilisation`: time inside runs over workers x
 wall time). Serial means `overlap: false` (the researcher is asked only when nothing runs);
-overlapped means `overlap: true` (a proposal is prepared while runs train). Prints figures,
-never asserts.
+overlapped means `overlap: true` (a proposal is prepared while runs train). Dispatch is the
+median time from a run's run_started (the harness hands it to a worker) to its process
+starting, and back from the process's end to its run_finished: on Ray it includes scheduling
+the task and shipping the snapshot and results. Prints figures, never asserts.
 """
 from __future__ import annotations
 
@@ -75,9 +78,10 @@ class DelayingResearcher(Researcher):
 
 
 def night(tmp: Path, name: str, *, workers: int, overlap: bool, run_s: float, think_s: float,
-          candidates: int) -> dict:
+          candidates: int, cluster: str = "local") -> dict:
     repo = make_repo(tmp / name, {"sleepy.py": SCRIPT, "program.md": PROGRAM.format(run_s=run_s)})
-    program = load_program(repo / "program.md", {"workers": workers, "overlap": overlap})
+    program = load_program(repo / "program.md", {"workers": workers, "overlap": overlap,
+                                                 "cluster": cluster})
     session = build_session(program, "bench", researcher="optuna", sandbox="local",
                             observer=QuietObserver())
     session.loop.researcher = DelayingResearcher(think_s)
@@ -88,9 +92,20 @@ def night(tmp: Path, name: str, *, workers: int, overlap: bool, run_s: float, th
     state = session.loop.state
     use = utilisation(state)
     runs = len(state.runs)
+    started = {e.run_id: e.time for e in session.loop.ledger.events() if e.kind == "run_started"}
+    out = [r.started - _epoch(started[r.run_id]) for r in state.runs if r.started]
+    back = [_epoch(r.time) - r.ended for r in state.runs if r.ended]
     return {"share": use.share, "wall": wall, "runs": runs,
             "overhead": (use.capacity_s - use.busy_s) / runs if runs else None,
-            "per_run": statistics.median(r.duration_s or 0 for r in state.runs)}
+            "per_run": statistics.median(r.duration_s or 0 for r in state.runs),
+            "dispatch": statistics.median(out) if out else None,
+            "return": statistics.median(back) if back else None}
+
+
+def _epoch(iso: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(iso).timestamp()
 
 
 def main() -> None:
@@ -102,6 +117,7 @@ def main() -> None:
     parser.add_argument("--speedup", action="store_true",
                         help="instead: wall time for the same candidates at 1 vs 4 workers")
     parser.add_argument("--candidates", type=int, default=20)
+    parser.add_argument("--cluster", default="local", help="local, or ray (at $RAY_ADDRESS)")
     args = parser.parse_args()
     load = Path("/proc/loadavg").read_text().split()[0]
     with tempfile.TemporaryDirectory() as tmp:
@@ -117,15 +133,18 @@ def main() -> None:
             return
         print(f"runs of {args.run_s:g} s, a researcher thinking {args.think_s:g} s per proposal, "
               f"{args.per_worker} candidates per worker; load average {load} at start")
-        print(f"{'workers':>8} {'serial':>8} {'overlap':>8}   idle worker-s per run (overlap)")
+        print(f"cluster {args.cluster}")
+        print(f"{'workers':>8} {'serial':>8} {'overlap':>8}   idle worker-s per run, dispatch, "
+              f"return (overlap)")
         for workers in args.workers:
             row = {}
             for overlap in (False, True):
                 row[overlap] = night(Path(tmp), f"w{workers}-{overlap}", workers=workers,
                                      overlap=overlap, run_s=args.run_s, think_s=args.think_s,
-                                     candidates=args.per_worker * workers)
-            print(f"{workers:>8} {row[False]['share']:>8.1%} {row[True]['share']:>8.1%}   "
-                  f"{row[True]['overhead']:.2f}", flush=True)
+                                     candidates=args.per_worker * workers, cluster=args.cluster)
+            r = row[True]
+            print(f"{workers:>8} {row[False]['share']:>8.1%} {r['share']:>8.1%}   "
+                  f"{r['overhead']:.2f} s, {r['dispatch']:.2f} s, {r['return']:.2f} s", flush=True)
 
 
 if __name__ == "__main__":
