@@ -13,8 +13,6 @@ from typing import Any, Sequence
 
 WIDTH, HEIGHT = 960, 380
 LEFT, RIGHT, TOP, BOTTOM = 72, 24, 36, 46      # TOP leaves a lane for runs without a metric
-NO_METRIC = ("crash", "timeout", "oom", "no_metric", "bad_metric", "tampered", "invalid",
-             "interrupted", "running")
 
 
 def nice_ticks(lo: float, hi: float, count: int = 6) -> list[float]:
@@ -73,8 +71,7 @@ def progress_chart(data: dict[str, Any], metric: str) -> dict[str, Any]:
             shape, y = ("up" if p["y"] > y_hi else "down"), sy(min(max(p["y"], y_lo), y_hi))
         else:
             shape, y = "dot", sy(p["y"])
-        verdict = p["verdict"] if p["verdict"] in ("keep", "discard", "inconclusive") else "failed"
-        drawn.append({"x": sx(p["x"]), "y": y, "shape": shape, "verdict": verdict,
+        drawn.append({"x": sx(p["x"]), "y": y, "shape": shape, "verdict": p["verdict"],
                       "label": p["label"], "id": p["id"]})
     steps, band_top, band_bottom = [], [], []
     for i, (x, y) in enumerate(frontier):
@@ -144,7 +141,7 @@ def progress_png(data: dict[str, Any], path: Path, title: str) -> Path:
     measured = [p["y"] for p in points if p["y"] is not None]
     y_lo, y_hi = y_range(measured, [y for _, y in frontier], sd)
     fig, ax = plt.subplots(figsize=(10, 4), dpi=120)
-    colors = {"keep": "#1a9850", "discard": "#9aa0a6", "inconclusive": "#e6a100"}
+    colors = {"keep": "#1a9850", "discard": "#9aa0a6", "inconclusive": "#e6a100", "superseded": "#8250df"}
     for verdict, color in colors.items():
         xs = [p["x"] for p in points if p["verdict"] == verdict and p["y"] is not None]
         ys = [min(max(p["y"], y_lo), y_hi) for p in points if p["verdict"] == verdict and p["y"] is not None]

@@ -165,6 +165,8 @@ def _experiment_row(experiment: Experiment, tag_dir: Path, repo: Path | None) ->
     return {
         "id": experiment.id, "commit": experiment.commit, "parent": experiment.parent,
         "verdict": verdict.value if verdict else "running", "description": experiment.description,
+        # how it is drawn: its verdict, or "failed" for every way a run failed (one colour)
+        "style": "running" if verdict is None else "failed" if verdict.is_failure else verdict.value,
         "hypothesis": experiment.hypothesis, "researcher": experiment.researcher,
         "effect": decided.effect if decided else None,
         "interval": list(decided.interval) if decided and decided.interval else None,
@@ -197,7 +199,7 @@ def _diff(experiment: Experiment, tag_dir: Path, repo: Path | None) -> str:
 def _chart_data(state: LoopState, rows: list[dict[str, Any]], baseline: float | None,
                 sd: float | None, direction: str) -> dict[str, Any]:
     """Points (one per experiment), the kept frontier as steps, and the noise band around it."""
-    points = [{"x": i, "y": row["mean"], "verdict": row["verdict"], "id": row["id"],
+    points = [{"x": i, "y": row["mean"], "verdict": row["style"], "id": row["id"],
                "label": f"{row['id']} [{row['verdict']}] {row['description'][:80]}"
                         + (f" — {row['mean']:.4f}" if row["mean"] is not None else "")}
               for i, row in enumerate(rows, start=1)]
