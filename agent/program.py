@@ -74,12 +74,24 @@ class Program:
     image: str = "nightshift:latest"
     claude: llm.ClaudeSettings = field(default_factory=llm.ClaudeSettings)
     openai: llm.OpenAISettings = field(default_factory=llm.OpenAISettings)
+    # YAML key -> where its value came from ("program.md:7", "program.md (override budget)"),
+    # so checks made later (agent/night/preflight.py) name the line as parse errors do
+    locations: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe, attribute names as keys (budget_s, not budget), for the ledger."""
         data = dataclasses.asdict(self)
+        data.pop("locations")
         data.update(path=str(self.path), root=str(self.root), protected=list(self.protected))
         return data
+
+    def locate(self, key: str) -> str:
+        """Where field `key` was set, as error messages start: `program.md:7: field 'target'`,
+        or `program.md: field 'target' (default train/train.py)` for a default."""
+        if key in self.locations:
+            return f"{self.locations[key]}: field {key!r}"
+        value = getattr(self, _FIELDS[key][0]) if key in _FIELDS else None
+        return f"{self.locations.get('', self.path.name)}: field {key!r} (default {_unparse(key, value)})"
 
     @property
     def rule_settings(self) -> RuleSettings:
@@ -90,7 +102,10 @@ class Program:
         """A copy with `fields` (YAML keys, attribute names or dotted `seeds.max`) validated
         exactly like file values."""
         raw = {key: _unparse(key, getattr(self, attr)) for key, (attr, _) in _FIELDS.items()}
-        return _build(self.path, self.root, self.prose, raw, {}, fields)
+        shown = Path(self.locations.get("", self.path))    # errors name the file as given
+        program = _build(shown, self.root, self.prose, raw, {}, fields)
+        given = {key: where for key, where in program.locations.items() if "(override" in where}
+        return dataclasses.replace(program, path=self.path, locations={**self.locations, **given})
 
 
 # ---- Parsers: value -> parsed value, or _Invalid with a message saying what is expected ----
@@ -211,6 +226,32 @@ def _check(parser: Parser, ok: Callable[[Any], bool], what: str) -> Parser:
 
 
 _count = _check(_int, lambda n: n >= 1, "a whole number >= 1")
+MAX_SEEDS = 100     # seeds per plan: beyond it a night is all measurement (and the rule's seed
+                    # blocks of 1000 per incumbent would overlap), so it is a typo, not a plan
+
+
+def _seed_count(least: int, why: str) -> Parser:
+    def parse(value: Any) -> int:
+        count = _int(value)
+        if count < least:
+            raise _Invalid(f"expected at least {least} ({why}), got {value!r}")
+        if count > MAX_SEEDS:
+            raise _Invalid(f"expected at most {MAX_SEEDS} seeds, got {value!r}; a few seeds per "
+                           f"look are what the keep rule is built for")
+        return count
+    return parse
+
+
+# A metric is a key of result.json or of a `key: value` summary line: no spaces, no colon.
+_METRIC_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.@/+-]{0,63}")
+
+
+def _metric(value: Any) -> str:
+    name = _text(value)
+    if not _METRIC_NAME.fullmatch(name):
+        raise _Invalid(f"expected a metric name of letters, digits and _ . - / @ + (the key the "
+                       f"script writes to result.json or prints as `name: value`), got {value!r}")
+    return name
 
 
 def _bool(value: Any) -> bool:
@@ -292,8 +333,11 @@ def _seed_check(plan: SeedPlan) -> None:
 
 
 _RECORDS: dict[str, dict[str, tuple[str, Parser]]] = {
-    "seeds": {"baseline": ("baseline", _count), "screen": ("screen", _count), "max": ("max", _count)},
-    "full_scale": {"budget": ("budget_s", _budget), "seeds": ("seeds", _count)},
+    "seeds": {"baseline": ("baseline", _seed_count(2, "two runs are the least that measure spread")),
+              "screen": ("screen", _seed_count(1, "a candidate runs once before the first look")),
+              "max": ("max", _seed_count(2, "a keep needs two paired seeds"))},
+    "full_scale": {"budget": ("budget_s", _budget),
+                   "seeds": ("seeds", _seed_count(1, "a replay runs each commit once at least"))},
     "limits": {"memory": ("memory_mb", parse_memory), "pids": ("pids", _count),
                "cpus": ("cpus", _optional(_check(_float, lambda c: c > 0, "a positive number")))},
     "claude": _table(llm.CLAUDE_FIELDS),
@@ -307,7 +351,7 @@ _FIELDS: dict[str, tuple[str, Parser]] = {
     "protected": ("protected", _paths),
     "command": ("command", _text),
     "prepare": ("prepare", _optional(_text)),
-    "metric": ("metric", _text),
+    "metric": ("metric", _metric),
     "direction": ("direction", _choice("minimize", "maximize")),
     "budget": ("budget_s", _budget),
     "grace": ("grace_s", parse_duration),
@@ -424,7 +468,7 @@ def _build(path: Path, root: Path, prose: str, raw: dict[str, Any], lines: dict[
         raw[top] = value
         parse(top, value, lambda dotted: f"{name} (override {dotted})")
 
-    program = Program(path=path, root=root, prose=prose, **values)
+    program = Program(path=path, root=root, prose=prose, **values, locations={"": name, **where})
     if program.target in program.protected:
         blamed = "protected" if "protected" in where else "target"
         raise ProgramError(f"{where.get(blamed, name)}: field {blamed!r}: "
@@ -456,4 +500,34 @@ def load_program(path: Path | str, overrides: dict[str, Any] | None = None) -> P
         raise ProgramError(f"{path}: no such program file; pass the path of your program.md "
                            f"(the bundled one is at the root of the nightshift repository)")
     given = {key: value for key, value in (overrides or {}).items() if value is not None}
-    return parse_program(path.read_text(encoding="utf-8"), path, given)
+    return parse_program(_decode(path.read_bytes(), path), path, given)
+
+
+def _decode(data: bytes, path: Path) -> str:
+    """The file's text, or a ProgramError naming the line (and the field) of the first byte
+    that is not UTF-8."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as bad:
+        before = data[:bad.start].decode("utf-8", errors="replace")
+        line = before.count("\n") + 1
+        column = len(before) - (before.rfind("\n") + 1) + 1
+        text = data.decode("utf-8", errors="replace")
+        try:
+            front, _, first = _split(text, str(path))
+        except ProgramError:
+            front, first = "", 1
+        inside = front and first <= line < first + len(front.splitlines())
+        owner = _owning_key(front.splitlines()[:line - first + 1]) if inside else None
+        where = f"field {owner!r}" if owner else "the front matter" if inside else "the prose"
+        raise ProgramError(f"{path}:{line}: {where}: not UTF-8 (byte 0x{data[bad.start]:02x} at "
+                           f"column {column}); save the file as UTF-8") from None
+
+
+def _owning_key(lines: list[str]) -> str | None:
+    """The top-level key whose value holds the last of these front-matter lines."""
+    for line in reversed(lines):
+        match = re.match(r"([A-Za-z_][\w.-]*)\s*:", line)
+        if match:
+            return match[1]
+    return None

@@ -58,7 +58,7 @@ def test_the_bundled_program_parses_and_states_the_defaults():
     program = load_program(REPO / "program.md")
     defaults = parse_program("", REPO / "program.md")
     for item in dataclasses.fields(Program):
-        if item.name != "prose":
+        if item.name not in ("prose", "locations"):
             assert getattr(program, item.name) == getattr(defaults, item.name), item.name
     assert program.root == REPO
     lines = program.prose.splitlines()
@@ -142,7 +142,7 @@ MALFORMED = [
     ("alpha: high", 2, ["field 'alpha'", "expected a number", "'high'"]),
     ("alpha: 0.7", 2, ["field 'alpha'", "(0, 0.5]"]),
     ("alpha: 0", 2, ["field 'alpha'", "(0, 0.5]"]),
-    ("seeds: 0", 2, ["field 'seeds.max'", ">= 1"]),
+    ("seeds: 0", 2, ["field 'seeds.max'", "at least 2"]),
     ("seeds: many", 2, ["field 'seeds.max'", "whole number"]),
     ("seeds:\n  baseline: 4\n  maxx: 3", 4, ["field 'seeds.maxx'", "did you mean 'max'"]),
     ("seeds:\n  screen: 4\n  max: 2", 3, ["field 'seeds.screen'", "exceeds max"]),
@@ -162,6 +162,14 @@ MALFORMED = [
     ("budget: 60s\n  grace: [1", 3, ["not valid YAML"]),
     ("command: python x.py\nmetric: a: b", 3, ["not valid YAML", "quote"]),
     ("- budget: 60s", 2, ["must be 'field: value' lines"]),
+    # the seed plan is bounded before anything runs (issue 14: seeds.max 100000 ran 80 s, then crashed)
+    ("seeds: {max: 100000}", 2, ["field 'seeds.max'", "at most 100"]),
+    ("seeds:\n  baseline: 1", 3, ["field 'seeds.baseline'", "at least 2"]),
+    ("seeds:\n  baseline: 500", 3, ["field 'seeds.baseline'", "at most 100"]),
+    ("seeds: {max: 1}", 2, ["field 'seeds.max'", "at least 2"]),
+    ("full_scale: {seeds: 5000}", 2, ["field 'full_scale.seeds'", "at most 100"]),
+    ("metric: val bpb", 2, ["field 'metric'", "letters, digits"]),
+    ("metric: 'val_bpb: 3'", 2, ["field 'metric'", "letters, digits"]),
 ]
 
 
@@ -182,6 +190,38 @@ def test_line_numbers_count_leading_blank_lines(tmp_path):
 def test_unclosed_front_matter_is_a_clear_error():
     message = error_of("---\nbudget: 60s\n\n# Goal\nwords\n")
     assert message.startswith("program.md:1: ") and "never closed" in message and "'---'" in message
+
+
+def test_a_file_that_is_not_utf8_names_the_file_line_and_field(tmp_path):
+    path = tmp_path / "program.md"
+    path.write_bytes(b"---\nbudget: 60s\nmetric: val\xe9bpb\n---\nprose\n")
+    with pytest.raises(ProgramError) as caught:
+        load_program(path)
+    message = str(caught.value)
+    assert message.startswith(f"{path}:3: field 'metric': "), message
+    assert "not UTF-8" in message and "0xe9" in message and "save" in message
+
+
+def test_a_non_utf8_prose_names_the_line(tmp_path):
+    path = tmp_path / "program.md"
+    path.write_bytes(b"---\nbudget: 60s\n---\n# Brief\n\nbetter \xff\n")
+    with pytest.raises(ProgramError, match=r"program\.md:6: the prose: not UTF-8"):
+        load_program(path)
+
+
+def test_accepted_metric_names():
+    for name in ("val_bpb", "eval/loss", "val-loss", "acc@1", "Top1.acc"):
+        assert parse_program(f"---\nmetric: {name}\n---\n", "program.md").metric == name
+
+
+def test_a_program_locates_its_fields_for_later_checks():
+    program = parse_program("---\nbudget: 60s\n\ntarget: a.py\n---\n", "program.md")
+    assert program.locate("target") == "program.md:4: field 'target'"
+    assert program.locate("protected") == "program.md: field 'protected' (default ['train/prepare.py'])"
+    moved = program.with_overrides(budget="5s")
+    assert moved.locate("target") == "program.md:4: field 'target'"
+    assert moved.locate("budget") == "program.md (override budget): field 'budget'"
+    assert "locations" not in program.to_dict()
 
 
 def test_a_missing_file_is_a_program_error(tmp_path):
