@@ -88,7 +88,7 @@ def night(tmp: Path, name: str, *, workers: int, overlap: bool, run_s: float, th
     started = time.monotonic()
     session.loop.run(StopRules(max_experiments=candidates))
     wall = time.monotonic() - started
-    session.loop.workspace.close()
+    session.close()
     state = session.loop.state
     use = utilisation(state)
     runs = len(state.runs)

@@ -109,21 +109,42 @@ def mean_sd(values: list[float]) -> str:
     return f"{statistics.fmean(values):.4f}{spread} (n={len(values)})"
 
 
+def incumbent_line(state: LoopState, metric: str) -> str | None:
+    """The incumbent at its fresh-seed value, or "not yet measured" (never the mean of the
+    runs that selected it, which the winner's curse inflates; that one is labelled)."""
+    if not state.incumbent:
+        return None
+    head = f"incumbent {state.incumbent[:8]}"
+    reference = list(state.reference(state.incumbent).values())
+    kept = next((e for e in state.kept() if e.commit == state.incumbent), None)
+    if reference:
+        line = f"{head}  {metric} {mean_sd(reference)}  (fresh seeds, not the runs that selected it)"
+    else:
+        line = f"{head}  {metric} not yet measured on fresh seeds"
+    if kept is not None and kept.mean() is not None:
+        line += f"; selection mean {kept.mean():.4f} over {len(kept.values())} seeds (biased up by selection)"
+    elif state.incumbent == state.base_commit:
+        line += " (the baseline)"
+    return line
+
+
 def print_status(console: Console, folder: Path, metric: str, state: LoopState | None = None) -> None:
     """Experiments, keeps, baseline and incumbent with their spread, noise, predictions,
-    cost and the runs in flight, then the last experiments as a table."""
+    cost and the runs in flight (interrupted, when no loop holds the tag), then the last
+    experiments as a table."""
+    from agent.night.lock import live_holder
+
     state = state or fold(read_events(folder))
     counts = state.verdict_counts()
-    reference = list(state.reference(state.incumbent).values()) if state.incumbent else []
     base = list(state.reference(state.base_commit).values()) if state.base_commit else []
     sd, dof = pooled_sd(state.noise_groups())
     console.print(f"[bold]{folder.name}[/bold]: {len(state.experiments)} experiments "
                   f"({', '.join(f'{k} {v}' for k, v in counts.items()) or 'none yet'})")
     if base:
         console.print(f"  baseline  {state.base_commit[:8]}  {metric} {mean_sd(base)}")
-    if reference:
-        console.print(f"  incumbent {state.incumbent[:8]}  {metric} {mean_sd(reference)}"
-                      "  (fresh seeds, not the runs that selected it)")
+    incumbent = incumbent_line(state, metric)
+    if incumbent:
+        console.print(f"  {incumbent}")
     if sd is not None:
         console.print(f"  seed noise: sd {sd:.4f} ({dof} degrees of freedom, pooled over commits)")
     use = utilisation(state)
@@ -141,8 +162,12 @@ def print_status(console: Console, folder: Path, metric: str, state: LoopState |
     if usage.calls or usage.usd:
         for line in usage_lines(usage):
             console.print(f"  {line}")
+    holder = live_holder(folder) if state.in_flight else None
     for run in state.in_flight.values():
-        console.print(f"  in flight: {run.experiment or 'incumbent'} seed {run.seed} "
+        # Without a live loop on the tag a started run is not running: its harness died.
+        what = (f"in flight (loop PID {holder.pid})" if holder is not None else
+                "interrupted (no loop runs on this tag; `run --tag` resumes it)")
+        console.print(f"  {what}: {run.experiment or 'incumbent'} seed {run.seed} "
                       f"{run.role.value} since {run.time}")
     if state.stopped_reason:
         console.print(f"  last stop: {state.stopped_reason}")

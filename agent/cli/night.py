@@ -7,6 +7,7 @@ from typing import Optional
 import typer
 
 from agent.cli.common import ProgramOpt, console, err, existing_loop, fail, load
+from agent.night.failures import describe_error
 from agent.record.events import ExitCode, HypothesisQueued, Role
 from agent.record.ledger import Ledger
 from agent.researchers.registry import RESEARCHER_NAMES
@@ -46,14 +47,19 @@ def run(
                                           "pip install -e '.[ray]')."),
     cluster_address: Optional[str] = typer.Option(None, "--cluster-address",
                                                   help="The Ray cluster's address, e.g. 10.0.0.5:6379."),
+    fresh: bool = typer.Option(False, "--fresh", help="Start a tag over whose results folder is "
+                               "gone but whose git refs remain; the old refs are kept under "
+                               "refs/nightshift-archive/<tag>-<time>/."),
+    allow_dirty: bool = typer.Option(False, "--allow-dirty", help="Run HEAD as committed although "
+                                     "the target or protected files have uncommitted changes "
+                                     "(they are not used)."),
     program: Path = ProgramOpt,
 ) -> None:
     """Run the research loop (resumes the tag if it exists)."""
     from agent.cli.display import RichObserver, print_status
     from agent.night.loop import LoopError, StopRules
-    from agent.night.session import build_session, default_tag
+    from agent.night.session import default_tag
     from agent.researchers import ResearcherError
-    from cluster.protocol import ClusterUnavailable
     from sandbox import SandboxUnavailable
 
     caps = {f"{llm}.{key}": value for llm in ("claude", "openai")   # whichever researcher runs
@@ -63,19 +69,16 @@ def run(
                           "cluster_address": cluster_address})
     tag = tag or default_tag()
     observer = RichObserver(console, metric=prog.metric)
+    session = open_session(prog, tag, researcher=prog.researcher, observer=observer, script=script,
+                           seed=seed, fresh=fresh, allow_dirty=allow_dirty)
     try:
-        session = build_session(prog, tag, researcher=prog.researcher, sandbox=prog.sandbox,
-                                observer=observer, script=script, seed=seed)
-    except (SandboxUnavailable, ClusterUnavailable) as error:
-        raise fail(str(error), ExitCode.LOOP) from None
-    except (ValueError, ResearcherError, RuntimeError) as error:
-        raise fail(str(error)) from None
-    for note in session.notes:
-        console.print(f"[dim]{note}[/dim]")
-    for text in hypothesis:
-        queue_hypothesis(session.loop.ledger, text, origin="cli")
-    try:
+        for note in session.notes:
+            console.print(f"[dim]{note}[/dim]")
+        for text in hypothesis:
+            queue_hypothesis(session.loop.ledger, text, origin="cli")
         reason = session.loop.run(StopRules(max_experiments=max_experiments, hours=hours))
+        console.print(f"stopped: {reason}")
+        print_status(console, session.results, prog.metric, session.loop.state)
     except KeyboardInterrupt:
         err.print(f"\ninterrupted: the ledger is closed; `nightshift run --tag {tag}` resumes.")
         raise typer.Exit(ExitCode.INTERRUPTED) from None
@@ -85,8 +88,39 @@ def run(
     except (LoopError, SandboxUnavailable) as error:
         err.print(f"[red]loop stopped:[/red] {error}")
         raise typer.Exit(ExitCode.LOOP) from None
-    console.print(f"stopped: {reason}")
-    print_status(console, session.results, prog.metric, session.loop.state)
+    except OSError as error:    # the ledger or a view, outside the loop (a full disk)
+        err.print(f"[red]loop stopped:[/red] {describe_error(error)}")
+        raise typer.Exit(ExitCode.LOOP) from None
+    finally:
+        session.close()
+
+
+def open_session(prog, tag: str, *, researcher: str, observer, **options):
+    """build_session, or exit with the code its failure calls for (nothing written when a
+    check fails: see agent/night/session.py)."""
+    from agent.night.lock import TagLocked
+    from agent.night.preflight import PreflightError
+    from agent.night.session import build_session
+    from agent.researchers import ResearcherError
+    from agent.workspace.repo import WorkspaceError
+    from cluster.protocol import ClusterUnavailable
+    from sandbox import SandboxUnavailable
+
+    try:
+        return build_session(prog, tag, researcher=researcher, sandbox=prog.sandbox,
+                             observer=observer, **options)
+    except KeyboardInterrupt:
+        raise fail("interrupted before the night started", ExitCode.INTERRUPTED) from None
+    except TagLocked as error:
+        raise fail(str(error), ExitCode.BUSY) from None
+    except PreflightError as error:
+        raise fail(str(error), error.code) from None
+    except (SandboxUnavailable, ClusterUnavailable) as error:
+        raise fail(str(error), ExitCode.LOOP) from None
+    except (WorkspaceError, OSError) as error:   # git or the disk, while opening the tag
+        raise fail(describe_error(error), ExitCode.LOOP) from None
+    except (ValueError, ResearcherError, RuntimeError) as error:
+        raise fail(str(error)) from None
 
 
 def queue_hypothesis(ledger: Ledger, text: str, origin: str) -> str:
@@ -120,17 +154,24 @@ def noise(
 
     The runs are recorded in the tag's ledger (role "noise"): they sharpen the loop's pooled
     noise estimate but never serve as an incumbent's reference."""
-    from agent.cli.display import RichObserver, mean_sd
-    from agent.decide.noise import suggest_settings
-    from agent.night.session import build_session, default_tag
+    from agent.cli.display import RichObserver
+    from agent.night.session import default_tag
 
     prog = load(program, {"budget": budget, "sandbox": sandbox})
     tag = tag or default_tag()
+    # noise measures a commit, not the checkout: uncommitted edits are reported, not refused
+    session = open_session(prog, tag, researcher="optuna",
+                           observer=RichObserver(console, metric=prog.metric), allow_dirty=True)
     try:
-        session = build_session(prog, tag, researcher="optuna", sandbox=prog.sandbox,
-                                observer=RichObserver(console, metric=prog.metric))
-    except (ValueError, RuntimeError) as error:
-        raise fail(str(error)) from None
+        _measure_noise(session, prog, commit, seeds)
+    finally:
+        session.close()
+
+
+def _measure_noise(session, prog, commit: Optional[str], seeds: int) -> None:
+    from agent.cli.display import mean_sd
+    from agent.decide.noise import suggest_settings
+
     loop = session.loop
     state = loop.state
     sha = loop.workspace.resolve(commit) if commit else (state.incumbent or loop.workspace.head())

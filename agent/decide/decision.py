@@ -109,6 +109,42 @@ def pooled_sd(groups: list[list[float]]) -> tuple[float | None, int]:
     return math.sqrt(sum_sq / dof), dof
 
 
+@dataclass(frozen=True)
+class Difference:
+    """mean(a) − mean(b) with its two-sided t interval at `level`."""
+
+    estimate: float
+    interval: tuple[float, float] | None   # None with fewer than two runs on a side
+    level: float
+    paired: int                            # seeds both share (0: Welch's unpaired interval)
+    n_a: int
+    n_b: int
+
+
+def mean_difference(a: dict[int, float], b: dict[int, float], level: float = 0.95) -> Difference:
+    """How far mean(a) is from mean(b), seed -> value each. Paired over the seeds both
+    share when at least three do (a seed's share of the noise cancels), else Welch's
+    interval over all the runs. For the morning's headline: the incumbent's fresh seeds
+    against the baseline's, both measured after the fact, neither the runs that selected."""
+    from scipy import stats
+
+    estimate = statistics.fmean(a.values()) - statistics.fmean(b.values())
+    common = sorted(set(a) & set(b))
+    if len(common) >= 3:
+        diffs = [a[s] - b[s] for s in common]
+        centre, se, dof = statistics.fmean(diffs), statistics.stdev(diffs) / math.sqrt(len(diffs)), len(diffs) - 1
+        estimate = centre
+    elif len(a) >= 2 and len(b) >= 2:
+        va, vb = statistics.variance(a.values()) / len(a), statistics.variance(b.values()) / len(b)
+        se = math.sqrt(va + vb)
+        dof = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1)) if va + vb > 0 else 1
+        common = []
+    else:
+        return Difference(estimate, None, level, 0, len(a), len(b))
+    half = float(stats.t.ppf(0.5 + level / 2, dof)) * se
+    return Difference(estimate, (estimate - half, estimate + half), level, len(common), len(a), len(b))
+
+
 class NoiseBandRule(DecisionRule):
     """The simple rule of the first loop: keep when the candidate's mean beats the
     incumbent's fresh reference mean by more than `k` standard errors of the difference.

@@ -31,6 +31,7 @@ from typing import Any, Callable, Protocol
 
 from agent.decide.decision import DecisionRule, Evidence, RunMore, pooled_sd
 from agent.decide.scoring import score_prediction
+from agent.night.failures import describe_error
 from agent.night.proposals import ProposalThread, Ready
 from agent.night.reconcile import reconcile
 from agent.night.runs import RunExecutor
@@ -155,20 +156,26 @@ class ResearchLoop:
             self._start()
             reason = self._night(stop)
         except KeyboardInterrupt:
-            self._abort()
+            self._abort_recording()
             self._stop("interrupted", ExitCode.INTERRUPTED)
             raise
         except ResearcherError as error:
             self._stop(f"ResearcherError: {error}", ExitCode.RESEARCHER)
             raise
         except (LoopError, WorkspaceError, OSError) as error:
-            self._abort()
-            self._stop(f"{type(error).__name__}: {error}", ExitCode.LOOP)
-            raise error if isinstance(error, LoopError) else LoopError(str(error)) from error
+            # One clear message, a loop_stopped while the ledger can still be written, exit 4:
+            # a full disk or a broken git is the night's end, never a traceback.
+            text = str(error) if isinstance(error, LoopError) else describe_error(error)
+            unrecorded = [note for note in (self._abort_recording(), self._stop(text, ExitCode.LOOP))
+                          if note]
+            raise LoopError(text + "".join(f"; {note}" for note in unrecorded)
+                            + f"; when it is fixed, `nightshift run --tag {self.tag}` resumes") from error
         finally:
             self.proposals.stop()
             self.workers.close()
-        self._stop(reason, ExitCode.OK)
+        unrecorded = self._stop(reason, ExitCode.OK)
+        if unrecorded:
+            raise LoopError(f"the night stopped ({reason}), but {unrecorded}")
         return reason
 
     def _night(self, stop: StopRules) -> str:
@@ -195,7 +202,7 @@ class ResearchLoop:
     def _start(self) -> None:
         facts = {**self.facts, "records_looks": True, **self.workers.describe(),
                  "overlap": self.overlap}
-        if not self.state.started:
+        if not self.state.has_evidence:   # new, or nothing measured yet: (re)starts at the head
             self.ledger.append(LoopStarted(tag=self.tag, base_commit=self.workspace.head(),
                                            program=self.program.to_dict(), **_known(LoopStarted, facts)))
             self.observer.message(f"started tag {self.tag} at {self.workspace.head()[:8]}")
@@ -208,9 +215,25 @@ class ResearchLoop:
         for note in reconcile(self.workspace, self.state):
             self.observer.message(note)
 
-    def _stop(self, reason: str, code: ExitCode) -> None:
-        self.ledger.append(LoopStopped(reason=reason, exit_code=code))
-        self._write_views()
+    def _stop(self, reason: str, code: ExitCode) -> str | None:
+        """Record loop_stopped and rewrite the views; what could not be written, or None."""
+        try:
+            self.ledger.append(LoopStopped(reason=reason, exit_code=code))
+        except OSError as error:
+            return f"loop_stopped could not be recorded: {describe_error(error)}"
+        try:
+            self._write_views()
+        except OSError as error:
+            return f"results.tsv could not be written: {describe_error(error)}"
+        return None
+
+    def _abort_recording(self) -> str | None:
+        """`_abort`, when the disk or git may be what failed: what could not be recorded."""
+        try:
+            self._abort()
+        except (OSError, WorkspaceError) as error:
+            return f"the runs in flight could not all be recorded: {describe_error(error)}"
+        return None
 
     def _queue(self, kind: str, item: Any) -> None:
         """Hand an event over from a worker's or the researcher's thread."""

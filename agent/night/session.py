@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
@@ -11,12 +12,16 @@ from typing import Any
 
 from agent.decide.rules import make_rule
 from agent.night.data import prepare_data
+from agent.night.leftovers import end_leftovers
+from agent.night.lock import TagLock, refuse_if_locked
 from agent.night.loop import Observer, ResearchLoop
+from agent.night.preflight import preflight
 from agent.night.runs import RunExecutor, RunPlan
 from agent.program import Program
 from agent.record.ledger import Ledger
 from agent.record.provenance import environment
 from agent.record.summary import experiment_detail
+from agent.workspace.inspect import archive_tag
 from agent.workspace.repo import Workspace
 from cluster.protocol import OnDone, Workers
 from cluster.select import make_workers
@@ -47,24 +52,71 @@ class Session:
     loop: ResearchLoop
     results: Path
     notes: list[str]           # what was picked and why, printed at start
+    lock: TagLock | None = None
+
+    def close(self) -> None:
+        """Release the tag (its lock) and git's helper processes. Idempotent."""
+        self.loop.workspace.close()
+        if self.lock is not None:
+            self.lock.release()
 
 
 def build_session(program: Program, tag: str, *, researcher: str, sandbox: str,
                   observer: Observer, script: Path | None = None, seed: int = 0,
-                  split: str = "val", gpus: list[int] | None = None) -> Session:
-    """A loop of `program` on `tag`, ready to run. `gpus` replaces the GPUs found on this
-    machine (tests that fake a device list)."""
-    from agent.researchers.registry import make_researcher, resolve_researcher_name
+                  split: str = "val", gpus: list[int] | None = None, fresh: bool = False,
+                  allow_dirty: bool = False) -> Session:
+    """A loop of `program` on `tag`, ready to run, holding the tag's lock (`Session.close`
+    releases it). Everything that can be checked is checked before anything is written:
+    program.md against the repository (preflight), the rule, the sandbox and the
+    researcher's name; then the lock is taken, and only then do the branch, the worktree
+    and the results folder appear. `gpus` replaces the GPUs found on this machine (tests
+    that fake a device list); `fresh` archives the refs of a tag whose ledger is gone;
+    `allow_dirty` runs HEAD despite uncommitted changes to the target or protected files."""
+    from agent.researchers.registry import resolve_researcher_name
     from sandbox.select import make_runner
 
     if not _TAG.match(tag):
         raise ValueError(f"tag {tag!r} is not usable as a git ref part: use letters, digits, . _ -")
-    results = results_dir(program, tag)
-    ledger = Ledger(results)
-    workspace = Workspace.open(program.root, tag, results / "worktree")
-    data = prepare_data(program.prepare, workspace.path, data_cache())
+    results = program.root / "results" / tag
+    refuse_if_locked(results, tag)   # a running loop is the first thing to say, not a detail
+    plan = preflight(program, tag, results, fresh=fresh, allow_dirty=allow_dirty)
+    rule = make_rule(program.decision, program.rule_settings)
     runner, sandbox_why = make_runner(sandbox, image=program.image)
     name, researcher_why = resolve_researcher_name(researcher, os.environ)
+    # Nothing is written before this line; the lock is the first thing.
+    results_dir(program, tag)
+    lock = TagLock.acquire(results, tag)
+    try:
+        # Again, under the lock: what the tag holds now is what this night acts on.
+        plan = preflight(program, tag, results, fresh=fresh, allow_dirty=allow_dirty)
+        notes = [lock.note] if lock.note else []
+        if plan.archive:
+            prefix = archive_tag(program.root, tag, time.strftime("%Y%m%dT%H%M%S"))
+            notes.append(f"--fresh: the old refs of tag {tag} are kept under {prefix}/")
+        notes += plan.notes
+        ended = end_leftovers(results / "runs")
+        if ended:
+            notes.append(f"ended {len(ended)} process{'es' if len(ended) > 1 else ''} an earlier "
+                         f"harness of tag {tag} left running: {', '.join(ended)}")
+        ledger = Ledger(results)
+        workspace = Workspace.open(program.root, tag, results / "worktree")
+        if plan.starts and workspace.head() != plan.head:
+            workspace.reset_to(plan.head)     # a night with no evidence starts at today's HEAD
+        loop, more = _assemble(program, tag, results, ledger, workspace, rule, runner, sandbox_why,
+                               name, researcher_why, observer, script, seed, split, gpus)
+    except BaseException:
+        lock.release()
+        raise
+    return Session(loop=loop, results=results, notes=notes + more, lock=lock)
+
+
+def _assemble(program: Program, tag: str, results: Path, ledger: Ledger, workspace: Workspace,
+              rule: Any, runner: Any, sandbox_why: str, name: str, researcher_why: str,
+              observer: Observer, script: Path | None, seed: int, split: str,
+              gpus: list[int] | None) -> tuple[ResearchLoop, list[str]]:
+    from agent.researchers.registry import make_researcher
+
+    data = prepare_data(program.prepare, workspace.path, data_cache())
 
     def detail(experiment_id: str) -> str:
         return experiment_detail(ledger.state, experiment_id, workspace.diff,
@@ -73,7 +125,6 @@ def build_session(program: Program, tag: str, *, researcher: str, sandbox: str,
     chosen = make_researcher(name, state_dir=results / "researcher", direction=program.direction,
                              claude=program.claude, openai=program.openai, script=script,
                              seed=seed, experiment_detail=detail)
-    rule = make_rule(program.decision, program.rule_settings)
     executor = RunExecutor(plan=RunPlan.from_program(program, split=split), runner=runner,
                            workspace=workspace, ledger=ledger, data=data, results_dir=results)
 
@@ -94,4 +145,4 @@ def build_session(program: Program, tag: str, *, researcher: str, sandbox: str,
              f"workers: {shown} on {program.cluster}"
              + ("" if program.overlap else " (proposals only between runs: overlap false)"),
              f"decision rule: {rule.name}", f"data: {data.path}", f"results: {results}"]
-    return Session(loop=loop, results=results, notes=notes)
+    return loop, notes

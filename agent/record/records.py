@@ -69,7 +69,9 @@ class ExitCode(enum.IntEnum):
     BAD_INPUT = 1       # program.md, a flag, the repository: the message names the fix
     USAGE = 2           # unknown flag, missing argument
     RESEARCHER = 3      # the researcher stopped the loop (cost cap, API unavailable, ...)
-    LOOP = 4            # the loop could not go on (the incumbent fails, the sandbox is gone)
+    LOOP = 4            # the loop could not go on (the incumbent fails, the sandbox is gone,
+                        # a full disk, a git error)
+    BUSY = 5            # the tag's loop already runs in another process (the tag's lock)
     INTERRUPTED = 130   # Ctrl-C; `run --tag` resumes
 
 

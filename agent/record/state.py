@@ -131,6 +131,7 @@ class LoopState:
             handler(self, event)
 
     def _loop_started(self, event: LoopStarted) -> None:
+        self._close_in_flight()   # a night that starts again (no evidence yet) after a kill
         self.started, self.tag = True, event.tag
         self.base_commit = self.incumbent = event.base_commit
         self.budget_s = event.budget_s or event.program.get("budget_s") or self.budget_s
@@ -215,6 +216,13 @@ class LoopState:
         self._pending.pop(event.id, None)
 
     # ---- reading ---------------------------------------------------------------------
+
+    @property
+    def has_evidence(self) -> bool:
+        """Whether the night started and measured or proposed anything: until then it may
+        start again at a newer commit (a baseline that failed, then was fixed and committed).
+        Noise runs made before a night started do not make it started."""
+        return self.started and (bool(self.experiments) or bool(self._ok_any))
 
     @property
     def pending(self) -> Experiment | None:

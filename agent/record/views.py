@@ -8,17 +8,33 @@ Columns are documented in docs/ledger.md.
 from __future__ import annotations
 
 import os
+import statistics
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from agent.record.events import ReplayCommit, ReplayRun, encode
+from agent.record.events import ReplayCommit, ReplayRun, Verdict, encode
 from agent.record.ledger import read_events
-from agent.record.state import LoopState, fold
+from agent.record.state import Experiment, LoopState, fold
 
 TSV_FILE = "results.tsv"
 TSV_COLUMNS = ("commit", "val_bpb", "memory_gb", "status", "description")
+
+
+def tsv_value(state: LoopState, experiment: Experiment) -> tuple[float | None, str]:
+    """The metric results.tsv shows for a decided experiment, and a note for its description.
+
+    A kept commit shows its fresh-seed value (its reference runs, which did not select it)
+    once measured: the mean of the runs that selected it is inflated by the selection (the
+    winner's curse), so until then it is shown labelled as such. Other experiments show the
+    mean of their own runs (nothing was selected on them)."""
+    if experiment.verdict == Verdict.KEEP and experiment.commit:
+        fresh = list(state.reference(experiment.commit).values())
+        if fresh:
+            return statistics.fmean(fresh), ""
+        return experiment.mean(), " [selection mean: not yet measured on fresh seeds]"
+    return experiment.mean(), ""
 
 
 def write_tsv(state: LoopState, results_dir: Path, metric: str = "val_bpb") -> Path:
@@ -27,12 +43,12 @@ def write_tsv(state: LoopState, results_dir: Path, metric: str = "val_bpb") -> P
     for experiment in state.experiments.values():
         if not experiment.decided:
             continue
-        mean = experiment.mean()
+        mean, note = tsv_value(state, experiment)
         memory = [r.peak_memory_mb for r in experiment.runs if r.peak_memory_mb]
         value = f"{mean:.6f}" if mean is not None else "0.000000"
         memory_gb = f"{max(memory) / 1024:.1f}" if memory else "0.0"
         commit = (experiment.commit or "0000000")[:7]
-        description = experiment.description.replace("\t", " ").replace("\n", " ")
+        description = (experiment.description + note).replace("\t", " ").replace("\n", " ")
         lines.append("\t".join((commit, value, memory_gb, str(experiment.verdict), description)))
     path = Path(results_dir) / TSV_FILE
     tmp = path.with_suffix(".tsv.tmp")
@@ -46,8 +62,9 @@ def load(results_dir: str | Path) -> dict[str, Any]:
     "replay_runs"}. Columns are documented in docs/ledger.md.
 
     experiments: one row per experiment (id, commit, parent, description, hypothesis,
-      researcher, verdict, effect, ci_low, ci_high, p_value, n_seeds, candidate_mean,
-      predicted_delta, prediction_direction, prediction_covered)
+      researcher, verdict, effect, ci_low, ci_high, p_value, n_seeds, candidate_mean (the
+      selecting runs' mean), fresh_mean (a kept commit's fresh-seed value), predicted_delta,
+      prediction_direction, prediction_covered)
     runs: one row per finished run (run_id, commit, experiment, role, seed, status, metric,
       duration_s, peak_memory_mb, plus every numeric metric the script reported)
     """
@@ -56,7 +73,7 @@ def load(results_dir: str | Path) -> dict[str, Any]:
     events = list(read_events(Path(results_dir)))
     state = fold(events)
     return {
-        "experiments": pd.DataFrame([_experiment_row(e) for e in state.experiments.values()]),
+        "experiments": pd.DataFrame([_experiment_row(state, e) for e in state.experiments.values()]),
         "runs": pd.DataFrame([_run_row(run) for run in state.runs]),
         "decisions": pd.DataFrame([{**(encode(d.decision) if d.decision else {}), "id": d.id,
                                     "verdict": d.verdict.value} for d in state.decisions]),
@@ -66,7 +83,7 @@ def load(results_dir: str | Path) -> dict[str, Any]:
     }
 
 
-def _experiment_row(experiment) -> dict[str, Any]:
+def _experiment_row(state: LoopState, experiment: Experiment) -> dict[str, Any]:
     decided = experiment.decision
     interval = (decided.interval if decided else None) or (None, None)
     prediction, score = experiment.prediction, experiment.score
@@ -78,6 +95,9 @@ def _experiment_row(experiment) -> dict[str, Any]:
         "effect": decided.effect if decided else None, "ci_low": interval[0], "ci_high": interval[1],
         "p_value": decided.p_value if decided else None, "n_seeds": len(experiment.values()),
         "candidate_mean": experiment.mean(),
+        # a kept commit's value on its fresh seeds (None until measured, or not kept)
+        "fresh_mean": tsv_value(state, experiment)[0] if experiment.verdict == Verdict.KEEP
+        and state.reference(experiment.commit or "") else None,
         "predicted_delta": prediction.expected_delta if prediction else None,
         "prediction_direction": prediction.direction if prediction else None,
         "prediction_covered": score.covered if score else None,

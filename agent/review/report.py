@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.decide.decision import pooled_sd
+from agent.decide.decision import mean_difference, pooled_sd
+from agent.night.lock import live_holder
 from agent.record.events import (LoopStarted, ReplayCommit, ReplayRun, ReplaySummary, Verdict,
                                  encode)
 from agent.record.ledger import read_events, utc_now
@@ -116,7 +117,6 @@ def build_context(tag_dir: Path, *, metric: str | None = None, direction: str | 
     base_ref = list(state.reference(state.base_commit).values()) if state.base_commit else []
     best = _level(state, state.incumbent) if state.incumbent else None
     baseline = _mean(base_ref)
-    sign = -1 if direction == "minimize" else 1
     chart_data = _chart_data(state, experiments, baseline, sd, direction)
     in_flight = next(iter(state.in_flight.values()), None)
     return {
@@ -128,14 +128,15 @@ def build_context(tag_dir: Path, *, metric: str | None = None, direction: str | 
                                                    "corpus_hash")
                   if started is not None and getattr(started, k) is not None},
         "program": program, "stopped": state.stopped_reason,
-        "in_flight": encode(in_flight) if in_flight else None, "counts": state.verdict_counts(),
+        "in_flight": encode(in_flight) if in_flight else None,
+        "in_flight_running": bool(in_flight) and live_holder(tag_dir) is not None,
+        "counts": state.verdict_counts(),
         "n_experiments": len(experiments), "n_kept": len(state.kept()),
         "n_runs": len(state.runs), "compute_s": sum(r.duration_s or 0 for r in state.runs),
         "baseline": {"mean": baseline, "sd": statistics.stdev(base_ref) if len(base_ref) > 1 else None,
                      "n": len(base_ref)},
         "best": best,
-        "improvement": sign * (best["mean"] - baseline) if best and best["mean"] is not None
-        and baseline is not None and state.incumbent != state.base_commit else None,
+        "improvement": _improvement(state, direction),
         "noise": {"sd": sd, "dof": dof},
         "experiments": experiments,
         "chart": progress_chart(chart_data, metric=metric),
@@ -150,11 +151,30 @@ def build_context(tag_dir: Path, *, metric: str | None = None, direction: str | 
 
 
 def _level(state: LoopState, commit: str) -> dict[str, Any]:
-    """A commit's metric from its fresh reference runs (unbiased), else its selecting runs."""
+    """A commit's metric on its fresh reference runs (None until measured), and apart,
+    labelled, the mean of the runs that selected it (biased by the selection)."""
     reference = list(state.reference(commit).values())
-    values = reference or list(state.ok_values(commit).values())
-    return {"mean": _mean(values), "n": len(values), "fresh": bool(reference),
-            "sd": statistics.stdev(values) if len(values) > 1 else None}
+    kept = next((e for e in state.kept() if e.commit == commit), None)
+    return {"mean": _mean(reference), "n": len(reference), "fresh": bool(reference),
+            "sd": statistics.stdev(reference) if len(reference) > 1 else None,
+            "selection_mean": kept.mean() if kept else None,
+            "selection_n": len(kept.values()) if kept else 0}
+
+
+def _improvement(state: LoopState, direction: str) -> dict[str, Any] | None:
+    """The night's headline: the incumbent on its fresh seeds against the baseline on its
+    own, in the program's direction (positive = better), with a 95% interval; None when
+    nothing was kept or the incumbent is not measured yet."""
+    if not state.incumbent or state.incumbent == state.base_commit:
+        return None
+    incumbent, base = state.reference(state.incumbent), state.reference(state.base_commit or "")
+    if not incumbent or not base:
+        return None
+    found = mean_difference(incumbent, base)
+    sign = -1 if direction == "minimize" else 1
+    interval = sorted(sign * bound for bound in found.interval) if found.interval else None
+    return {"value": sign * found.estimate, "interval": interval, "level": found.level,
+            "paired": found.paired, "n_incumbent": found.n_a, "n_baseline": found.n_b}
 
 
 def _experiment_row(experiment: Experiment, tag_dir: Path, repo: Path | None) -> dict[str, Any]:
@@ -207,7 +227,7 @@ def _chart_data(state: LoopState, rows: list[dict[str, Any]], baseline: float | 
     if baseline is not None:
         frontier.append((0, baseline))
     for i, experiment in enumerate(state.experiments.values(), start=1):
-        if experiment.verdict == Verdict.KEEP:
+        if experiment.verdict == Verdict.KEEP:   # at its fresh-seed value, once measured
             level = _level(state, experiment.commit)["mean"]
             if level is not None:
                 frontier.append((i, level))

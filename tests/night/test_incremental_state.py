@@ -32,7 +32,7 @@ def test_the_kept_state_equals_a_fresh_fold_after_every_event(tmp_path, monkeypa
         session = build_session(program, "inc", researcher="optuna", sandbox="local",
                                 observer=RichObserver())
         session.loop.run(StopRules(max_experiments=3))
-        session.loop.workspace.close()
+        session.close()
     kinds = set(checked)
     assert {"loop_started", "loop_resumed", "run_started", "run_finished", "experiment_proposed",
             "decision", "loop_stopped"} <= kinds

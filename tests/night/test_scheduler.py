@@ -206,7 +206,7 @@ def test_each_worker_gets_its_own_gpu_from_a_fake_device_list(tmp_path, monkeypa
     session = build_session(program, "gpu", researcher="optuna", sandbox="local",
                             observer=RichObserver(), gpus=[5, 7, 9])
     session.loop.run(StopRules(max_experiments=1))
-    session.loop.workspace.close()
+    session.close()
     runs = finished_runs(session.loop.state)
     assert {r.device for r in runs} <= {"cuda:5", "cuda:7", "cuda:9"} and len(runs) >= 3
     for run in runs:

@@ -1,0 +1,70 @@
+"""Runs an earlier harness of a tag left running, found and ended before a resume runs.
+
+A run's processes die with their harness (a parent-death signal, sandbox/local.py), but a
+harness killed in the wrong instant, or one from an older version, can leave a run going;
+the resume must not start a second copy beside it. Every process of a local run carries
+the run marker (NIGHTSHIFT_RUN_ID) and its NIGHTSHIFT_OUT, a folder under
+results/<tag>/runs/, in its environment, so they are found by reading /proc. The caller
+holds the tag's lock: no live harness of the tag owns them. (Docker runs carry labels and
+their own deadline instead: sandbox/docker.py.)
+"""
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+from sandbox.local import MARKER
+
+WAIT_S = 5.0
+
+
+def run_processes(runs_dir: Path) -> dict[int, str]:
+    """pid -> run folder name of every process of a run under `runs_dir` (this user's, and
+    everyone's when root)."""
+    prefix = f"NIGHTSHIFT_OUT={os.path.abspath(runs_dir)}{os.sep}".encode()
+    marker = f"{MARKER}=".encode()
+    found: dict[int, str] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return found     # no /proc (not Linux): nothing can be found this way
+    for name in names:
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as handle:
+                variables = handle.read().split(b"\0")
+        except OSError:
+            continue
+        if not any(v.startswith(marker) for v in variables):
+            continue
+        for variable in variables:
+            if variable.startswith(prefix):
+                run = variable[len(prefix):].decode(errors="replace").split(os.sep, 1)[0]
+                found[int(name)] = run
+    return found
+
+
+def end_leftovers(runs_dir: Path) -> list[str]:
+    """SIGKILL every process of a run under `runs_dir` and wait for them to go; returns
+    "pid (run <id>)" for each ended."""
+    found = run_processes(runs_dir)
+    for pid in found:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline and any(_alive(pid) for pid in found):
+        time.sleep(0.05)
+    return [f"{pid} (run {run})" for pid, run in sorted(found.items())]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"   # a zombie is gone
+    except (OSError, IndexError):
+        return False
