@@ -113,7 +113,7 @@ def build_context(tag_dir: Path, *, metric: str | None = None, direction: str | 
     metric = program.get("metric") or metric or "val_bpb"
     direction = program.get("direction") or direction or "minimize"
     sd, dof = pooled_sd(state.noise_groups())
-    experiments = [_experiment_row(e, tag_dir, repo) for e in state.experiments.values()]
+    experiments = [_experiment_row(state, e, tag_dir, repo) for e in state.experiments.values()]
     base_ref = list(state.reference(state.base_commit).values()) if state.base_commit else []
     best = _level(state, state.incumbent) if state.incumbent else None
     baseline = _mean(base_ref)
@@ -177,9 +177,16 @@ def _improvement(state: LoopState, direction: str) -> dict[str, Any] | None:
             "paired": found.paired, "n_incumbent": found.n_a, "n_baseline": found.n_b}
 
 
-def _experiment_row(experiment: Experiment, tag_dir: Path, repo: Path | None) -> dict[str, Any]:
+def _experiment_row(state: LoopState, experiment: Experiment, tag_dir: Path,
+                    repo: Path | None) -> dict[str, Any]:
     decided, score = experiment.decision, experiment.score
     verdict = experiment.verdict
+    # A kept commit is shown at its fresh-seed value; the runs that selected it, labelled.
+    fresh = _level(state, experiment.commit)["mean"] if verdict == Verdict.KEEP else None
+    shown_note = ""
+    if verdict == Verdict.KEEP and experiment.mean() is not None:
+        shown_note = (f"fresh seeds · selection mean {experiment.mean():.4f}" if fresh is not None
+                      else "selection mean: not yet measured on fresh seeds")
     reason = experiment.invalid_reason or (decided.reason if decided else "")
     diff = experiment.diff or _diff(experiment, tag_dir, repo)
     return {
@@ -191,6 +198,8 @@ def _experiment_row(experiment: Experiment, tag_dir: Path, repo: Path | None) ->
         "effect": decided.effect if decided else None,
         "interval": list(decided.interval) if decided and decided.interval else None,
         "p_value": decided.p_value if decided else None, "mean": experiment.mean(),
+        "fresh": fresh, "shown": fresh if fresh is not None else experiment.mean(),
+        "shown_note": shown_note,
         "n_ok": len(experiment.values()), "n_runs": len(experiment.runs),
         "duration_s": sum(r.duration_s or 0 for r in experiment.runs),
         "prediction": encode(experiment.prediction) if experiment.prediction else None,
@@ -221,7 +230,9 @@ def _chart_data(state: LoopState, rows: list[dict[str, Any]], baseline: float | 
     """Points (one per experiment), the kept frontier as steps, and the noise band around it."""
     points = [{"x": i, "y": row["mean"], "verdict": row["style"], "id": row["id"],
                "label": f"{row['id']} [{row['verdict']}] {row['description'][:80]}"
-                        + (f" — {row['mean']:.4f}" if row["mean"] is not None else "")}
+                        + (f" — {row['mean']:.4f}" if row["mean"] is not None else "")
+                        + (f" (selection mean; fresh seeds {row['fresh']:.4f})"
+                           if row.get("fresh") is not None else "")}
               for i, row in enumerate(rows, start=1)]
     frontier = []
     if baseline is not None:
