@@ -9,7 +9,9 @@ What a run gets (see docs/sandbox.md for what this does and does not guarantee):
   when `limits.gpu` is set;
 - only the protocol's variables plus PATH/HOME/locale: nothing of the harness's environment.
 
-The harness enforces the deadline from outside (SIGKILL to the container), reads OOM from
+The harness enforces the deadline from outside (SIGKILL to the container), and the container
+has its own, later one (`timeout` inside it), so a harness killed with kill -9 cannot leave
+a run going past budget + grace + CONTAINER_MARGIN_S. It reads OOM from
 the engine (`State.OOMKilled`), streams output to a capped log next to out_dir
 (`<run dir>/log.txt`, as LocalRunner), samples peak memory from the engine's cgroup
 stats, and always removes the container. On Ctrl-C the container is killed and removed
@@ -19,6 +21,7 @@ plus the harness's host and pid, so a later runner removes what a killed harness
 """
 from __future__ import annotations
 
+import math
 import os
 import socket
 import threading
@@ -37,6 +40,13 @@ LABEL_PID = "nightshift.harness-pid"
 SNAPSHOT, DATA, OUT = "/snapshot", "/data", "/out"
 STATS_POLL_S = 0.5        # how often peak memory is sampled while a run lives
 LOG_DRAIN_S = 10.0        # how long to wait for the output stream to end after the exit
+CONTAINER_MARGIN_S = 30.0 # the container's own deadline is the run's plus this: the harness
+                          # kills first (and reports the timeout); this only catches a dead harness
+# The container's main process: `timeout` kills the run's whole process group when its own
+# deadline passes, so a container outlives a killed harness by at most the margin. An image
+# without `timeout` runs the command directly (the harness's deadline still holds).
+_DEADLINE = ('if command -v timeout >/dev/null 2>&1; then exec timeout -s KILL "$1" /bin/sh -c "$0"; '
+             'else exec /bin/sh -c "$0"; fi')
 
 
 def engine_url() -> str:
@@ -85,11 +95,13 @@ class DockerRunner(Runner):
     name = "docker"
 
     def __init__(self, image: str = DEFAULT_TAG, *, client: Any = None, tmp_mb: int = 1024,
-                 shm_mb: int = 1024, kill_wait_s: float = 10.0):
+                 shm_mb: int = 1024, kill_wait_s: float = 10.0,
+                 container_margin_s: float = CONTAINER_MARGIN_S):
         self.image = image
         self.tmp_mb = tmp_mb          # /tmp is a tmpfs; what is written there counts as memory
         self.shm_mb = shm_mb          # /dev/shm, for DataLoader workers
         self.kill_wait_s = kill_wait_s
+        self.container_margin_s = container_margin_s
         self._client = client
         self._swept = False
 
@@ -111,6 +123,14 @@ class DockerRunner(Runner):
                 f"the sandbox image {self.image!r} is missing; build it: "
                 f"python -m sandbox.image build --tag {self.image} "
                 f"(--mode host offline, --mode dockerfile on a GPU box with a registry)") from exc
+
+    def check_image(self) -> list:
+        """The image's host mounts, or SandboxUnavailable saying why it cannot run here (it
+        is missing, or a host-mode image of another interpreter)."""
+        try:
+            return runtime_mounts(self.image_info().labels)
+        except ImageError as exc:
+            raise SandboxUnavailable(str(exc)) from exc
 
     def describe(self) -> dict[str, Any]:
         try:
@@ -141,8 +161,10 @@ class DockerRunner(Runner):
         started_at, t0 = utc_now(), time.monotonic()
         container, reader, timed_out, peak, state, interrupted = None, None, False, None, {}, None
         try:
+            own_deadline = str(math.ceil(spec.deadline_s + self.container_margin_s))
             container = client.containers.create(
-                image.id, ["/bin/sh", "-c", spec.command], name=f"nightshift-{run_label}",
+                image.id, ["/bin/sh", "-c", _DEADLINE, spec.command, own_deadline],
+                name=f"nightshift-{run_label}",
                 labels={LABEL_RUN: run_label, LABEL_HOST: socket.gethostname(), LABEL_PID: str(os.getpid())},
                 user=user, environment=self._env(spec, mode), working_dir=SNAPSHOT,
                 mounts=self._mounts(spec, host_mounts), **self._host_config(spec))
@@ -178,6 +200,7 @@ class DockerRunner(Runner):
                 "image": self.image, "image_id": image.id,
                 "image_digests": image.attrs.get("RepoDigests") or [], "image_mode": mode,
                 "mounts": [m.as_dict() for m in host_mounts], "container": f"nightshift-{run_label}",
+                "container_deadline_s": math.ceil(spec.deadline_s + self.container_margin_s),
                 "run_label": f"{LABEL_RUN}={run_label}", "user": user,
                 "network": "none" if not spec.limits.network else "default",
                 "read_only_root": True, "gpu": spec.limits.gpu,

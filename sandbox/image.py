@@ -35,6 +35,7 @@ DEFAULT_TAG = "nightshift:latest"
 MODES = ("host", "rootfs", "dockerfile")
 LABEL_MODE = "org.nightshift.mode"
 LABEL_PREFIXES = "org.nightshift.python-prefixes"   # JSON list, host mode only
+LABEL_PYTHON = "org.nightshift.python"              # the interpreter it carries, host mode only
 SANDBOX_UID = 1000            # the image's non-root user; runs never use uid 0
 SANDBOX_USER = "nightshift"
 DOCKERFILE = Path(__file__).with_name("Dockerfile")
@@ -67,22 +68,37 @@ def image_mode(labels: dict[str, str] | None) -> str:
     return (labels or {}).get(LABEL_MODE, "dockerfile")
 
 
-def runtime_mounts(labels: dict[str, str] | None) -> list[Mount]:
+def runtime_mounts(labels: dict[str, str] | None, python: list[str] | None = None) -> list[Mount]:
     """The host paths a run of an image with these labels must mount read-only.
 
     Empty for self-contained images. For host mode: /usr, the loader cache and the Python
     prefixes recorded at build time, each checked to exist and to be readable by the
     sandbox's non-root user (a prefix under a 0700 home directory is fine: a bind mount
-    does not need the host's parents to be traversable, only the prefix itself)."""
+    does not need the host's parents to be traversable, only the prefix itself).
+
+    The recorded prefixes must be those of `python` (default: this interpreter's), the one
+    whose bin/ the run's PATH names: an image built from another virtualenv would mount
+    that environment while PATH points at this one, and the run would fall through to the
+    system's `python` without its packages. That is refused, saying how to rebuild."""
     if image_mode(labels) != "host":
         return []
-    prefixes = json.loads((labels or {}).get(LABEL_PREFIXES, "[]"))
+    labels = labels or {}
+    prefixes = json.loads(labels.get(LABEL_PREFIXES, "[]"))
     mounts = [Mount(path, path) for path in HOST_SYSTEM_MOUNTS if os.path.exists(path)]
     for prefix in prefixes:
         if not os.path.isdir(prefix):
             raise ImageError(
                 f"the host-mode image was built for the Python at {prefix}, which is gone; "
                 f"rebuild it: python -m sandbox.image build --mode host")
+    current = python if python is not None else python_prefixes()
+    if prefixes and sorted(prefixes) != sorted(current):
+        built = labels.get(LABEL_PYTHON) or " + ".join(prefixes)
+        raise ImageError(
+            f"the host-mode image carries the Python of {built}, but this harness runs "
+            f"{python_executable() if python is None else ' + '.join(current)}: its runs would "
+            f"not find this environment's packages. Rebuild the image from this environment "
+            f"(python -m sandbox.image build --mode host), or use sandbox: local")
+    for prefix in prefixes:
         _check_world_readable(Path(prefix))
         mounts.append(Mount(prefix, prefix))
     return mounts
@@ -153,7 +169,7 @@ def build_host_image(client: Any, tag: str = DEFAULT_TAG) -> str:
     """Import the host-mode image offline; returns its id."""
     for prefix in python_prefixes():
         _check_world_readable(Path(prefix))
-    labels = {LABEL_PREFIXES: json.dumps(python_prefixes())}
+    labels = {LABEL_PREFIXES: json.dumps(python_prefixes()), LABEL_PYTHON: python_executable()}
     repository, _, version = tag.partition(":")
     client.api.import_image_from_data(host_rootfs_tar(), repository=repository,
                                       tag=version or "latest", changes=_changes("host", labels))

@@ -1,7 +1,8 @@
 """Choosing a sandbox backend by name: `local`, `docker`, or `auto`.
 
-`auto` takes Docker when an engine answers and the image is there, else the local
-backend, and says why in one line, so the choice can be printed and recorded.
+`auto` takes Docker when an engine answers and the image is there and usable from this
+interpreter, else the local backend, and says why in one line, so the choice can be printed
+and recorded.
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ def _docker(image: str) -> tuple[Runner, str]:
 
     client = connect(timeout_s=3)
     runner = DockerRunner(image, client=client)
-    runner.image_info()   # a missing image is SandboxUnavailable with the build command
+    runner.check_image()   # missing, or built for another interpreter: SandboxUnavailable, why
     return runner, str(client.version().get("Version", "?"))
 
 

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 
 from tests import hostile
@@ -331,10 +332,64 @@ def test_host_mode_refuses_a_python_prefix_the_sandbox_user_cannot_read(tmp_path
     prefix.chmod(0o700)
     labels = {LABEL_MODE: "host", LABEL_PREFIXES: json.dumps([str(prefix)])}
     with pytest.raises(ImageError, match="chmod -R o\\+rX"):
-        runtime_mounts(labels)
+        runtime_mounts(labels, python=[str(prefix)])
     prefix.chmod(0o755)
-    assert runtime_mounts(labels)[-1].target == str(prefix)
+    assert runtime_mounts(labels, python=[str(prefix)])[-1].target == str(prefix)
     assert runtime_mounts({LABEL_MODE: "dockerfile"}) == []
+
+
+def test_a_host_image_of_another_python_is_refused_and_auto_falls_back_saying_why(client, tmp_path):
+    """Issue 14: an image built from one virtualenv, used from another, mounted the old prefix
+    while PATH named the new one: the run found the system python without torch."""
+    from sandbox.image import LABEL_PREFIXES, LABEL_PYTHON, _changes, host_rootfs_tar
+    from sandbox.select import make_runner
+
+    other = tmp_path / "other-venv"
+    (other / "bin").mkdir(parents=True)
+    tag = "nightshift-test-otherpy:latest"
+    labels = {LABEL_PREFIXES: json.dumps([str(other)]), LABEL_PYTHON: f"{other}/bin/python3"}
+    client.api.import_image_from_data(host_rootfs_tar(), repository=tag.split(":")[0], tag="latest",
+                                      changes=_changes("host", labels))
+    try:
+        runner, why = make_runner("auto", image=tag)
+        assert runner.name == "local"
+        assert f"carries the Python of {other}/bin/python3" in why and "Rebuild the image" in why
+        with pytest.raises(SandboxUnavailable, match="this harness runs"):
+            make_runner("docker", image=tag)
+    finally:
+        client.images.remove(tag, force=True)
+
+
+def test_a_container_outlives_a_killed_harness_by_its_own_deadline_at_most(client, make_spec):
+    """Issue 14: a SIGKILLed harness's container ran on; now the container carries its own
+    deadline (budget + grace + margin) and stops by itself."""
+    spec = make_spec("import time; time.sleep(600)", budget_s=1, grace_s=1)
+    code = (f"import sys; sys.path.insert(0, {str(REPO)!r}); from pathlib import Path\n"
+            f"from sandbox.docker import DockerRunner; from sandbox.protocol import RunSpec\n"
+            f"runner = DockerRunner({TEST_TAG!r}); runner.container_margin_s = 2\n"
+            f"runner.run(RunSpec(command='sleep 600', "
+            f"snapshot_dir=Path({str(spec.snapshot_dir)!r}), data_dir=Path({str(spec.data_dir)!r}), "
+            f"out_dir=Path({str(spec.out_dir)!r}), seed=1, budget_s=1, grace_s=1, metric='m'))\n")
+    # killed before its deadline (2 s) comes: only the container's own (4 s) can end the run
+    harness = subprocess.Popen([sys.executable, "-c", code])
+    mine = {"label": f"nightshift.harness-pid={harness.pid}"}
+    try:
+        for _ in range(100):
+            if client.containers.list(filters=mine):
+                break
+            threading.Event().wait(0.1)
+        assert client.containers.list(filters=mine), "the harness never started its container"
+        harness.send_signal(signal.SIGKILL)
+        harness.wait()
+        started = time.monotonic()
+        while client.containers.list(filters=mine) and time.monotonic() - started < 30:
+            threading.Event().wait(0.2)
+        assert not client.containers.list(filters=mine), "the container outlived its own deadline"
+        [container] = client.containers.list(all=True, filters=mine)
+        assert container.attrs["State"]["ExitCode"] == 137       # killed by its `timeout`
+    finally:
+        for container in client.containers.list(all=True, filters=mine):
+            container.remove(force=True)
 
 
 def test_a_workers_share_reaches_the_container_and_stop_ends_the_run(runner, make_spec):

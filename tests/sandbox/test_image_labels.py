@@ -1,0 +1,27 @@
+"""A host-mode image records the interpreter it carries (sandbox/image.py); a harness running
+another one is refused before any run, saying which and how to rebuild. No engine needed."""
+import json
+
+import pytest
+
+from sandbox.image import (LABEL_MODE, LABEL_PREFIXES, LABEL_PYTHON, ImageError, python_executable,
+                           python_prefixes, runtime_mounts)
+
+
+def test_an_image_of_this_interpreter_mounts_its_prefixes():
+    labels = {LABEL_MODE: "host", LABEL_PREFIXES: json.dumps(python_prefixes()),
+              LABEL_PYTHON: python_executable()}
+    targets = [mount.target for mount in runtime_mounts(labels)]
+    assert all(prefix in targets for prefix in python_prefixes())
+
+
+def test_an_image_of_another_interpreter_is_refused_naming_both(tmp_path):
+    other = tmp_path / "venv-a"
+    (other / "bin").mkdir(parents=True)
+    labels = {LABEL_MODE: "host", LABEL_PREFIXES: json.dumps([str(other)]),
+              LABEL_PYTHON: f"{other}/bin/python"}
+    with pytest.raises(ImageError) as caught:
+        runtime_mounts(labels)
+    message = str(caught.value)
+    assert f"{other}/bin/python" in message and python_executable() in message
+    assert "python -m sandbox.image build --mode host" in message and "sandbox: local" in message
