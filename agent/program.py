@@ -405,10 +405,14 @@ def _compose(front: str, name: str, first: int) -> tuple[dict[str, Any], dict[st
         data = yaml.safe_load(front)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
+        if "flow" in (getattr(err, "context", None) or "") and getattr(err, "context_mark", None):
+            mark = err.context_mark     # an unclosed [ or {: where it opened, not the next line
         line = first + mark.line if mark else first
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise ProgramError(f"{name}:{line}: the front matter is not valid YAML ({problem}); check the "
-                           f"indentation and quote values containing ': ' or ' #'") from None
+        owner = _owning_key(front.splitlines()[:line - first + 1])
+        near = f" in field {owner!r}" if owner else ""
+        raise ProgramError(f"{name}:{line}: the front matter is not valid YAML{near} ({problem}); "
+                           f"check the indentation and quote values containing ': ' or ' #'") from None
     if node is None:
         return {}, {}
     if not isinstance(node, yaml.MappingNode):

@@ -20,7 +20,8 @@ def on_slot(job: Job, slot: Slot) -> Job:
 def execute(runner: Runner, job: Job, slot: Slot, stop: threading.Event,
             on_output: Callable[[str], None] | None = None) -> Outcome:
     """Run `job` on `slot` with `runner`; digests of its protected paths around it. Never
-    raises for the run's own failures: they are in the result (or `error`)."""
+    raises for the run's own failures: they are in the result (or `error`; `harness_error`
+    when the harness's filesystem failed it)."""
     job = on_slot(job, slot)
     before = digest_files(job.spec.snapshot_dir, job.protected)
     started = time.time()
@@ -29,6 +30,11 @@ def execute(runner: Runner, job: Job, slot: Slot, stop: threading.Event,
     except SandboxUnavailable as error:
         return Outcome(job.run_id, slot.index, None, started=started, ended=time.time(),
                        error=str(error))
+    except OSError as error:   # the run's folder, its log: the harness's disk failed, not the run
+        return Outcome(job.run_id, slot.index, None, started=started, ended=time.time(),
+                       error=f"{type(error).__name__}: {error}",
+                       harness_error=(error.errno or 0, error.strerror or str(error),
+                                      None if error.filename is None else str(error.filename)))
     ended = time.time()
     changed = tampered(before, digest_files(job.spec.snapshot_dir, job.protected))
     return Outcome(job.run_id, slot.index, result, tampered=changed, started=started, ended=ended)

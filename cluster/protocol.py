@@ -42,6 +42,9 @@ class Outcome:
     started: float = 0.0                     # wall clock (epoch seconds) around the run
     ended: float = 0.0
     error: str | None = None                 # why it could not run (sandbox unavailable, ...)
+    # (errno, strerror, filename) when the harness's own filesystem failed the run (a full
+    # disk): the night's problem, not the run's, so it is never recorded as the run's crash
+    harness_error: tuple[int, str, str | None] | None = None
 
 
 class ClusterUnavailable(RuntimeError):

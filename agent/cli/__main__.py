@@ -1,4 +1,9 @@
 """`python -m agent.cli ...` runs the `nightshift` command line."""
-from agent.cli.app import app
+import sys
+
+try:
+    from agent.cli.app import app
+except KeyboardInterrupt:   # Ctrl-C while the command line loads: nothing has started yet
+    sys.exit(130)
 
 app()

@@ -5,7 +5,9 @@ Exit codes scripts can rely on (`agent.record.events.ExitCode`):
   1  bad input: program.md, a flag, the repository (the message names the fix)
   2  usage error (unknown flag, missing argument)
   3  the researcher stopped the loop (cost cap reached, API unavailable, script exhausted)
-  4  the loop could not go on (the incumbent fails to run, the sandbox is unavailable)
+  4  the loop could not go on (the incumbent fails to run, the sandbox is unavailable, a full
+     disk, a git error); the message says which, and `run --tag` resumes once it is fixed
+  5  the tag is busy: its loop runs in another process (named by PID and host)
   130 interrupted with Ctrl-C (the ledger is closed cleanly; `run --tag` resumes)
 """
 from __future__ import annotations

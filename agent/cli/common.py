@@ -1,12 +1,16 @@
 """What the commands share: the consoles, exit codes, loading program.md, finding a tag."""
 from __future__ import annotations
 
+import functools
+import signal
 import sys
+import threading
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from agent.program import Program, ProgramError, load_program
 from agent.record.events import ExitCode
@@ -20,9 +24,48 @@ ProgramOpt = typer.Option(Path("program.md"), "--program", "-p",
                           help="The research program: YAML front matter + prose.")
 
 
+class CtrlC:
+    """Remembers a Ctrl-C as well as raising it. Python drops an exception raised inside a
+    finalizer or weakref callback ("Exception ignored in ..."), and importing torch runs
+    many: a Ctrl-C landing there would be lost, so `check()` raises it again at safe points."""
+
+    def __init__(self) -> None:
+        self.pressed = False
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        self.pressed = True
+        raise KeyboardInterrupt
+
+    def check(self) -> None:
+        if self.pressed:
+            raise KeyboardInterrupt
+
+
+def interruptible(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Ctrl-C anywhere in `command` exits 130 with a line, not click's "Aborted!" and 1.
+    The command gets the CtrlC in force as `ctrl_c` in its module (see CtrlC)."""
+    @functools.wraps(command)
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        previous = signal.getsignal(signal.SIGINT)
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, CTRL_C)
+        try:
+            return command(*args, **kwargs)
+        except KeyboardInterrupt:
+            err.print("\ninterrupted")
+            raise typer.Exit(ExitCode.INTERRUPTED) from None
+        finally:
+            if threading.current_thread() is threading.main_thread():
+                signal.signal(signal.SIGINT, previous)
+    return wrapped
+
+
+CTRL_C = CtrlC()
+
+
 def fail(message: str, code: ExitCode = ExitCode.BAD_INPUT) -> typer.Exit:
     """Print `message` as an error and return the Exit to raise."""
-    err.print(f"[red]error:[/red] {message}")
+    err.print(f"[red]error:[/red] {escape(message)}")   # a message's [brackets] are text, not markup
     return typer.Exit(code)
 
 

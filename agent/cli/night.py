@@ -5,8 +5,10 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 
-from agent.cli.common import ProgramOpt, console, err, existing_loop, fail, load
+from agent.cli.common import (CTRL_C, ProgramOpt, console, err, existing_loop, fail, interruptible,
+                              load)
 from agent.night.failures import describe_error
 from agent.record.events import ExitCode, HypothesisQueued, Role
 from agent.record.ledger import Ledger
@@ -15,6 +17,7 @@ from agent.researchers.registry import RESEARCHER_NAMES
 NOISE_SEEDS = 900_000   # far from the decision rule's calibration and pairing seeds
 
 
+@interruptible
 def run(
     tag: Optional[str] = typer.Option(None, help="Name of this loop; its branch is nightshift/<tag> "
                                       "and its records results/<tag>/. Reusing a tag resumes it. "
@@ -72,24 +75,25 @@ def run(
     session = open_session(prog, tag, researcher=prog.researcher, observer=observer, script=script,
                            seed=seed, fresh=fresh, allow_dirty=allow_dirty)
     try:
+        CTRL_C.check()   # a Ctrl-C Python dropped while the session was assembled
         for note in session.notes:
             console.print(f"[dim]{note}[/dim]")
         for text in hypothesis:
             queue_hypothesis(session.loop.ledger, text, origin="cli")
         reason = session.loop.run(StopRules(max_experiments=max_experiments, hours=hours))
-        console.print(f"stopped: {reason}")
+        console.print(f"stopped: {escape(reason)}")
         print_status(console, session.results, prog.metric, session.loop.state)
     except KeyboardInterrupt:
         err.print(f"\ninterrupted: the ledger is closed; `nightshift run --tag {tag}` resumes.")
         raise typer.Exit(ExitCode.INTERRUPTED) from None
     except ResearcherError as error:
-        err.print(f"[red]researcher stopped:[/red] {error}")
+        err.print(f"[red]researcher stopped:[/red] {escape(str(error))}")
         raise typer.Exit(ExitCode.RESEARCHER) from None
     except (LoopError, SandboxUnavailable) as error:
-        err.print(f"[red]loop stopped:[/red] {error}")
+        err.print(f"[red]loop stopped:[/red] {escape(str(error))}")
         raise typer.Exit(ExitCode.LOOP) from None
     except OSError as error:    # the ledger or a view, outside the loop (a full disk)
-        err.print(f"[red]loop stopped:[/red] {describe_error(error)}")
+        err.print(f"[red]loop stopped:[/red] {escape(describe_error(error))}")
         raise typer.Exit(ExitCode.LOOP) from None
     finally:
         session.close()

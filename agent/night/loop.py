@@ -157,6 +157,7 @@ class ResearchLoop:
             reason = self._night(stop)
         except KeyboardInterrupt:
             self._abort_recording()
+            self._reconcile_quietly()   # Ctrl-C between a decision and its git move
             self._stop("interrupted", ExitCode.INTERRUPTED)
             raise
         except ResearcherError as error:
@@ -226,6 +227,14 @@ class ResearchLoop:
         except OSError as error:
             return f"results.tsv could not be written: {describe_error(error)}"
         return None
+
+    def _reconcile_quietly(self) -> None:
+        """Git in line with the ledger now rather than at the next start (never raises: the
+        next start reconciles again)."""
+        try:
+            reconcile(self.workspace, self.state)
+        except (OSError, WorkspaceError):
+            pass
 
     def _abort_recording(self) -> str | None:
         """`_abort`, when the disk or git may be what failed: what could not be recorded."""

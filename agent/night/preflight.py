@@ -50,6 +50,16 @@ def preflight(program: Program, tag: str, results: Path, *, fresh: bool = False,
         head = head_commit(root)
     except RepositoryError as error:
         raise PreflightError(str(error)) from None
+    _check_disk(results, root)    # first: on a full disk even git's questions fail
+    try:
+        return _preflight(program, tag, results, head, fresh, allow_dirty)
+    except RepositoryError as error:    # git itself failed (not the program): exit 4
+        raise PreflightError(str(error), ExitCode.LOOP) from None
+
+
+def _preflight(program: Program, tag: str, results: Path, head: str, fresh: bool,
+               allow_dirty: bool) -> Plan:
+    root = program.root
     check_paths(program)
     state = fold(read_events(results)) if (results / LEDGER_FILE).exists() else None
     started = state is not None and state.started
@@ -75,7 +85,6 @@ def preflight(program: Program, tag: str, results: Path, *, fresh: bool = False,
     starts = not evidence
     if starts:
         notes += _dirty(program, head, allow_dirty)
-    _check_disk(results, root)
     locks = stale_git_locks(root, tag, results / "worktree")
     if locks:
         raise PreflightError(

@@ -121,6 +121,10 @@ class RunExecutor:
         slot = dict(worker=started.worker, device=started.device, node=outcome.node,
                     started=round(outcome.started, 3) or None, ended=round(outcome.ended, 3) or None)
         result = outcome.result
+        if outcome.harness_error is not None:
+            # A full disk (or the like) on the harness's side: the night stops with it; the
+            # run is closed as interrupted on the way out, never recorded as its crash.
+            raise OSError(*outcome.harness_error)
         if result is None:
             return self.ledger.append(RunFinished(
                 run_id=job.run_id, commit=commit, seed=seed, role=role, experiment=experiment,

@@ -76,7 +76,10 @@ def uncommitted(root: Path, paths: list[str]) -> list[str]:
     staged, deleted or new."""
     if not paths:
         return []
-    out = _git(root, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--", *paths)
+    # --no-optional-locks: a question must not write (status refreshes the index otherwise,
+    # which fails on a full disk and races the user's own git)
+    out = _git(root, "--no-optional-locks", "status", "--porcelain=v1", "-z", "--untracked-files=all",
+               "--", *paths)
     changed = []
     entries = out.split("\0")
     i = 0
