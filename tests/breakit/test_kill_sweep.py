@@ -70,6 +70,7 @@ def test_twenty_kill_9s_at_random_moments_then_a_resume_lose_and_duplicate_nothi
                    resumes=kinds.count("loop_resumed"), experiments=len(state.experiments),
                    decided=len(state.decisions), runs=len(state.runs),
                    interrupted=len(state.interrupted), orphans=len(orphans.splitlines()))
-    assert figures["resumes"] >= KILLS // 2 and state.decisions, "the night made progress between the kills"
+    # half the kills wait for the loop to start: each of those is a loop_started or _resumed
+    assert figures["loop_started"] + figures["resumes"] >= KILLS // 2 and state.decisions
     assert leftovers(repo, "sweep") == [] and not [p for p in pgrep("sleepy.py") if str(repo) in p]
     print(f"\nkill -9 sweep: {figures}")
