@@ -1,8 +1,18 @@
-"""Knobs: ALL_CAPS constants in the target, annotated with a search space at the end of the line.
+"""Knobs: assignments in the target that the Optuna researcher may change, with a search space.
+
+Two ways to name them. In the target itself, a constant annotated at the end of its line:
 
     LR = 3e-3              # peak learning rate  # search: log(1e-4, 3e-2)
     N_LAYER = 4            # transformer blocks  # search: int(2, 8)
     OPTIMIZER = "adamw"    # search: choice("adamw", "muon")
+
+Or, without touching the user's files, program.md's `knobs:` (`find_knobs(declared=...)`):
+a name -> space mapping over assignments where the user keeps them, in any case:
+
+    knobs:
+      learning_rate: log(1e-4, 1e-2)    # `learning_rate = 6e-4` at module level
+      TrainConfig.lr: log(1e-5, 1e-3)   # a dataclass field default (`lr` alone when unique)
+      optimizer.beta2: float(0.9, 0.999)  # a key of a YAML target (dotted for nesting)
 
 Grammar of the annotation (the last thing in the line's comment):
     search: float(lo, hi)        uniform float in [lo, hi]
@@ -11,9 +21,12 @@ Grammar of the annotation (the last thing in the line's comment):
     search: choice(a, b, ...)    one of these literals (numbers, strings, True/False/None)
 
 The assignment is found with `ast` (a module-level, one-line assignment whose value is a
-literal), the comment with `tokenize` (so `#` inside strings never counts). `parse_knobs`
-raises `KnobError` naming the line and the fix. `set_knobs` rewrites only the value text,
-keeping the comment in its column where it can.
+literal, or a class-level one for a field default), the comment with `tokenize` (so `#`
+inside strings never counts), a YAML key with the YAML composer (its scalar's position).
+`parse_knobs` / `find_knobs` raise `KnobError` naming the line and a fix that keeps the
+script working (a declared knob's error is a `DeclaredKnobError` naming the knob, so
+program.md can point at its line). `set_knobs` rewrites only the value text, keeping the
+comment in its column where it can, and every other byte of the file.
 
 A knob's current value may lie outside its search space (someone edited it by hand); that is
 not an error here: `Knob.contains` tells, and the researcher decides what to do.
@@ -21,23 +34,35 @@ not an error here: `Knob.contains` tells, and the researcher decides what to do.
 from __future__ import annotations
 
 import ast
+import difflib
 import io
+import json
 import math
 import re
 import tokenize
-from dataclasses import dataclass
-from typing import Any, Literal
+from dataclasses import dataclass, replace
+from typing import Any, Literal, Mapping
+
+import yaml
 
 SpaceKind = Literal["float", "log", "int", "choice"]
 SPACE_KINDS: tuple[str, ...] = ("float", "log", "int", "choice")
 
 _ANNOTATION = re.compile(r"#\s*search\s*:\s*(?P<rest>.*)$")
 _KIND_CALL = re.compile(r"^(?P<kind>[A-Za-z_]\w*)\s*\((?P<args>.*)\)\s*$")
-_KNOB_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
+_YAML_SUFFIXES = (".yaml", ".yml")
 
 
 class KnobError(ValueError):
     """A knob annotation or assignment is malformed; the message names the line and the fix."""
+
+
+class DeclaredKnobError(KnobError):
+    """A knob of program.md's `knobs:` is wrong; `knob` is its name there."""
+
+    def __init__(self, knob: str, message: str) -> None:
+        super().__init__(message)
+        self.knob = knob
 
 
 @dataclass(frozen=True)
@@ -52,6 +77,9 @@ class Knob:
     high: float | int | None = None
     choices: tuple[Any, ...] = ()
     doc: str = ""                    # the comment text before the annotation, if any
+    start: int = -1                  # the value's text is source[start:end] (characters)
+    end: int = -1
+    syntax: str = "python"           # "python" | "yaml": how a new value is written
 
     def contains(self, value: Any) -> bool:
         """Whether `value` lies in the search space (type-strict: True is not 1)."""
@@ -108,41 +136,66 @@ def parse_knobs(source: str) -> list[Knob]:
         _check_value_type(name, kind, value, line)
         seen[name] = line
         doc = comment[: match.start()].strip().lstrip("#").strip()
-        knobs.append(Knob(name, value, kind, line, low, high, choices, doc))
+        start, end = _value_span(source, node)
+        knobs.append(Knob(name, value, kind, line, low, high, choices, doc, start, end))
     _check_single_assignment(tree, seen)
     return knobs
 
 
-def knob_values(source: str) -> dict[str, Any]:
+def is_yaml(path: str) -> bool:
+    return path.lower().endswith(_YAML_SUFFIXES)
+
+
+def find_knobs(source: str, *, path: str = "", declared: Mapping[str, str] | None = None) -> list[Knob]:
+    """Every knob of the target `path` (its text is `source`): program.md's `declared`
+    (name -> space, e.g. {"learning_rate": "log(1e-4, 1e-2)"}) and, in a Python target, the
+    `# search:` annotations (a declared knob wins over an annotation of the same name).
+    In line order. Raises DeclaredKnobError for a declared knob that cannot be edited (not
+    found, not a literal, assigned twice), KnobError for a malformed annotation."""
+    declared = dict(declared or {})
+    if is_yaml(path):
+        found = [_yaml_knob(source, path, name, space) for name, space in declared.items()]
+    elif declared and path and not path.endswith(".py"):
+        name = next(iter(declared))
+        raise DeclaredKnobError(name, f"knobs can be edited in a Python (.py) or YAML (.yaml, .yml) "
+                                      f"target, not {path}; point target at the config file that "
+                                      f"assigns them")
+    else:
+        annotated = [k for k in parse_knobs(source) if k.name not in declared]
+        tree = ast.parse(source)
+        found = annotated + [_python_knob(source, tree, path, name, space)
+                             for name, space in declared.items()]
+    return sorted(found, key=lambda k: (k.line, k.start))
+
+
+def knob_values(source: str, *, path: str = "", declared: Mapping[str, str] | None = None) -> dict[str, Any]:
     """{name: value} of the knobs in `source`."""
-    return {k.name: k.value for k in parse_knobs(source)}
+    return {k.name: k.value for k in find_knobs(source, path=path, declared=declared)}
 
 
-def set_knobs(source: str, values: dict[str, Any]) -> str:
-    """`source` with the named knobs' values replaced. Only the value text changes; the comment
-    keeps its column when the new text fits (at least two spaces before it otherwise).
-    Float/log knobs are written as floats, int knobs as ints (an integral float is accepted)."""
-    knobs = {k.name: k for k in parse_knobs(source)}
+def set_knobs(source: str, values: dict[str, Any], *, path: str = "",
+              declared: Mapping[str, str] | None = None) -> str:
+    """`source` with the named knobs' values replaced. Only the value text changes; a comment
+    after it keeps its column when the new text fits (at least two spaces before it
+    otherwise); every other byte of the file stays. Float/log knobs are written as floats,
+    int knobs as ints (an integral float is accepted), in the target's syntax."""
+    knobs = {k.name: k for k in find_knobs(source, path=path, declared=declared)}
     unknown = sorted(set(values) - set(knobs))
     if unknown:
         raise KnobError(f"no annotated knob named {', '.join(unknown)}; known: {', '.join(knobs) or 'none'}")
-    lines = source.splitlines(keepends=True)
-    tree = ast.parse(source)
-    assignments = _module_assignments(tree)
-    for name, new_value in values.items():
+    for name in sorted(values, key=lambda n: -knobs[n].start):   # from the end: offsets hold
         knob = knobs[name]
-        node = assignments[knob.line]
-        raw = lines[knob.line - 1].encode("utf-8")   # ast column offsets count UTF-8 bytes
-        start, end = node.value.col_offset, node.value.end_col_offset
-        old_text = raw[start:end].decode("utf-8")
-        new_text = _format_for_knob(knob, new_value, old_text)
-        rest = raw[end:].decode("utf-8")
+        old_text = source[knob.start:knob.end]
+        new_text = _format_for_knob(knob, values[name], old_text)
+        line_end = source.find("\n", knob.end)
+        line_end = len(source) if line_end < 0 else line_end
+        rest = source[knob.end:line_end]
         stripped = rest.lstrip(" \t")
         gap = len(rest) - len(stripped)
         if stripped.startswith("#"):
             gap = max(min(gap, 2), gap + len(old_text) - len(new_text))
-        lines[knob.line - 1] = raw[:start].decode("utf-8") + new_text + " " * gap + stripped
-    return "".join(lines)
+        source = source[:knob.start] + new_text + " " * gap + stripped + source[line_end:]
+    return source
 
 
 def format_value(value: Any) -> str:
@@ -233,6 +286,162 @@ def _coerce(knob: Knob, text: str) -> Any:
     return float(value)
 
 
+# ---- declared knobs: program.md's `knobs:` over assignments and YAML keys -------------------
+
+def _declared_space(name: str, space: Any) -> tuple[SpaceKind, Any, Any, tuple[Any, ...]]:
+    try:
+        return parse_space(str(space))
+    except KnobError as exc:
+        raise DeclaredKnobError(name, str(exc)) from None
+
+
+def _python_knob(source: str, tree: ast.Module, path: str, name: str, space: Any) -> Knob:
+    kind, low, high, choices = _declared_space(name, space)
+    where = path or "the target"
+    owner, _, field = name.rpartition(".")
+    module, fields = _named_assignments(tree)
+    if owner:
+        found = [node for cls, node in fields if cls == owner and _assigned_name(node) == field]
+    else:
+        found = [node for node in module if _assigned_name(node) == field] or \
+                [node for _, node in fields if _assigned_name(node) == field]
+    if not found:
+        known = sorted({_assigned_name(n) for n in module} | {f"{c}.{_assigned_name(n)}" for c, n in fields}
+                       - {None})
+        close = difflib.get_close_matches(name, known, n=1) or difflib.get_close_matches(
+            name.lower(), [k.lower() for k in known], n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise DeclaredKnobError(name, (
+            f"{where} has no assignment `{field} = ...` at module level"
+            f"{f' in class {owner}' if owner else ' or as a class field default'}{hint} "
+            f"(names assigned there: {', '.join(known[:20]) or 'none'}{' ...' if len(known) > 20 else ''}); "
+            f"a knob's name is the name in the file, in its own case"))
+    if len(found) > 1:
+        lines = ", ".join(str(n.lineno) for n in found)
+        raise DeclaredKnobError(name, (
+            f"{where} assigns {field} on lines {lines}; the researcher can change only one "
+            f"assignment and the last one wins: name a file where it is set once (such as the "
+            f"config file) as the target, or write Class.{field} for a class field"))
+    node = found[0]
+    if node.lineno != node.end_lineno:
+        raise DeclaredKnobError(name, (
+            f"{where}:{node.lineno}: {field} is assigned over several lines; the researcher "
+            f"rewrites one-line literal values: drop the knob, or put the value on one line"))
+    try:
+        value = ast.literal_eval(node.value)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        text = ast.get_source_segment(source, node.value) or "..."
+        raise DeclaredKnobError(name, (
+            f"{where}:{node.lineno}: {field} = {text} is an expression, not a literal; the "
+            f"researcher can only rewrite a literal value: drop the knob, or (if you may edit "
+            f"the file) write the value it computes there")) from None
+    _check_declared_type(name, kind, value, f"{where}:{node.lineno}")
+    start, end = _value_span(source, node)
+    return Knob(name, value, kind, node.lineno, low, high, choices, "", start, end)
+
+
+def _named_assignments(tree: ast.Module) -> tuple[list[ast.stmt], list[tuple[str, ast.stmt]]]:
+    """(module-level assignments, (class name, class-level assignment) of top-level classes)."""
+    def assigns(body: list[ast.stmt]) -> list[ast.stmt]:
+        return [n for n in body if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None
+                and _assigned_name(n) is not None]
+    fields = [(node.name, sub) for node in tree.body if isinstance(node, ast.ClassDef)
+              for sub in assigns(node.body)]
+    return assigns(tree.body), fields
+
+
+def _assigned_name(node: ast.stmt) -> str | None:
+    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+    if len(targets) == 1 and isinstance(targets[0], ast.Name):
+        return targets[0].id
+    return None
+
+
+def _yaml_knob(source: str, path: str, name: str, space: Any) -> Knob:
+    kind, low, high, choices = _declared_space(name, space)
+    try:
+        node = yaml.compose(source, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        raise DeclaredKnobError(name, f"{path} is not valid YAML ({exc}); the knobs of a YAML "
+                                      f"target are its keys") from None
+    trail: list[str] = []
+    for part in name.split("."):
+        if not isinstance(node, yaml.MappingNode):
+            raise DeclaredKnobError(name, f"{path}: {'.'.join(trail) or 'the file'} is not a "
+                                          f"mapping, so it has no key {part!r}")
+        matches = [(k, v) for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == part]
+        if not matches:
+            known = [k.value for k, _ in node.value if isinstance(k, yaml.ScalarNode)]
+            close = difflib.get_close_matches(part, known, n=1)
+            hint = f"; did you mean {'.'.join(trail + [close[0]])!r}?" if close else ""
+            raise DeclaredKnobError(name, (
+                f"{path} has no key {'.'.join(trail + [part])!r}{hint} (keys "
+                f"{'under ' + '.'.join(trail) if trail else 'at the top'}: {', '.join(known) or 'none'}); "
+                f"nested keys are written with dots, like optimizer.lr"))
+        if len(matches) > 1:
+            raise DeclaredKnobError(name, f"{path} gives the key {'.'.join(trail + [part])!r} "
+                                          f"twice; keep one")
+        trail.append(part)
+        node = matches[0][1]
+    line = node.start_mark.line + 1
+    if not isinstance(node, yaml.ScalarNode) or node.style in ("|", ">"):
+        raise DeclaredKnobError(name, (
+            f"{path}:{line}: {name} holds a {'list or mapping' if not isinstance(node, yaml.ScalarNode) else 'block text'}, "
+            f"not one value; name the key of a number or word inside it (like {name}.lr)"))
+    start, end = node.start_mark.index, node.end_mark.index
+    value = yaml.safe_load(source[start:end])
+    if kind != "choice" and isinstance(value, str) and node.style is None:
+        try:   # YAML 1.1 reads 3e-4 (no dot) as text; the user's loader may read a number
+            value = int(value) if kind == "int" else float(value)
+        except ValueError:
+            pass
+    _check_declared_type(name, kind, value, f"{path}:{line}")
+    return Knob(name, value, kind, line, low, high, choices, "", start, end, "yaml")
+
+
+def _check_declared_type(name: str, kind: str, value: Any, where: str) -> None:
+    if kind == "choice":
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise DeclaredKnobError(name, f"{where}: {name} is {value!r}, not a number, but its space "
+                                      f"is {kind}(...); use choice(...) for words")
+    if kind == "int" and not isinstance(value, int):
+        raise DeclaredKnobError(name, f"{where}: {name} is {value!r}, not a whole number, but its "
+                                      f"space is int(...); use float(...) or log(...)")
+
+
+def _value_span(source: str, node: ast.Assign | ast.AnnAssign) -> tuple[int, int]:
+    """Character offsets of an assignment's value in `source` (ast counts UTF-8 bytes)."""
+    lines = source.splitlines(keepends=True)
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line))
+
+    def offset(lineno: int, col: int) -> int:
+        return starts[lineno - 1] + len(lines[lineno - 1].encode("utf-8")[:col].decode("utf-8"))
+    return offset(node.value.lineno, node.value.col_offset), offset(node.value.end_lineno, node.value.end_col_offset)
+
+
+def _format_yaml(knob: Knob, value: Any, old_text: str) -> str:
+    old = old_text.strip()
+    if knob.kind in ("float", "log") or (isinstance(value, float) and knob.kind == "choice"):
+        text = format_float(float(value))
+        if "e" in text and not re.fullmatch(r"[-+]?\d+e[-+]?\d+", old):
+            mantissa, exponent = text.split("e")   # YAML 1.1 floats need a dot and a signed exponent
+            text = f"{mantissa if '.' in mantissa else mantissa + '.0'}e{exponent if exponent.startswith('-') else '+' + exponent}"
+        return text
+    if knob.kind == "int" or (isinstance(value, int) and not isinstance(value, bool)):
+        return str(int(value))
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    text = str(value)
+    if old.startswith("'"):
+        return "'" + text.replace("'", "''") + "'"
+    if old.startswith('"') or yaml.safe_load(text) != text or not text or text != text.strip():
+        return json.dumps(text)
+    return text
+
+
 # ---- helpers ----------------------------------------------------------------------------
 
 def _comments(source: str) -> list[tuple[int, str]]:
@@ -257,10 +466,7 @@ def _target_name(node: ast.Assign | ast.AnnAssign, line: int) -> str:
     targets = node.targets if isinstance(node, ast.Assign) else [node.target]
     if len(targets) != 1 or not isinstance(targets[0], ast.Name):
         raise KnobError(f"line {line}: a knob assigns exactly one name, e.g. `LR = 3e-3`")
-    name = targets[0].id
-    if not _KNOB_NAME.match(name):
-        raise KnobError(f"line {line}: knob names are ALL_CAPS constants; rename {name!r} (e.g. {name.upper()!r})")
-    return name
+    return targets[0].id
 
 
 def _literal_value(node: ast.Assign | ast.AnnAssign, name: str, line: int) -> Any:
@@ -275,40 +481,52 @@ def _literal_value(node: ast.Assign | ast.AnnAssign, name: str, line: int) -> An
 
 
 def _parse_space(rest: str, line: int) -> tuple[SpaceKind, Any, Any, tuple[Any, ...]]:
-    match = _KIND_CALL.match(rest.strip())
-    if match is None:
+    if _KIND_CALL.match(rest.strip()) is None:
         raise KnobError(
             f"line {line}: cannot read the annotation 'search: {rest.strip()}'; write e.g. "
             f"'# search: log(1e-4, 3e-2)' at the very end of the line"
         )
+    try:
+        return parse_space(rest)
+    except KnobError as exc:
+        raise KnobError(f"line {line}: {exc}") from None
+
+
+def parse_space(text: str) -> tuple[SpaceKind, Any, Any, tuple[Any, ...]]:
+    """`float(lo, hi)`, `log(lo, hi)`, `int(lo, hi)` or `choice(a, b, ...)` -> (kind, low,
+    high, choices). Raises KnobError saying what is wrong (without a location)."""
+    match = _KIND_CALL.match(str(text).strip())
+    if match is None:
+        raise KnobError(f"cannot read the search space {str(text).strip()!r}; write e.g. "
+                        f"log(1e-4, 3e-2), float(0.0, 0.3), int(2, 8) or choice(64, 128)")
     kind, arg_text = match.group("kind"), match.group("args")
     if kind not in SPACE_KINDS:
-        raise KnobError(f"line {line}: unknown search space kind {kind!r}; use one of {', '.join(SPACE_KINDS)}")
+        raise KnobError(f"unknown search space kind {kind!r}; use one of {', '.join(SPACE_KINDS)}")
     try:
         args = ast.literal_eval(f"({arg_text},)") if arg_text.strip() else ()
     except (ValueError, SyntaxError):
-        raise KnobError(f"line {line}: the arguments of {kind}(...) must be Python literals, got ({arg_text})") from None
+        raise KnobError(f"the arguments of {kind}(...) must be Python literals, got ({arg_text})") from None
     if kind == "choice":
         if len(args) < 2:
-            raise KnobError(f"line {line}: choice(...) needs at least two options")
+            raise KnobError(f"choice(...) needs at least two options")
         for arg in args:
             if arg is not None and not isinstance(arg, (bool, int, float, str)):
-                raise KnobError(f"line {line}: choice options must be numbers, strings, True/False/None; got {arg!r}")
+                raise KnobError(f"choice options must be numbers, strings, True/False/None; got {arg!r}")
         if len({(type(a), a) for a in args}) != len(args):
-            raise KnobError(f"line {line}: choice(...) lists an option twice")
+            raise KnobError(f"choice(...) lists an option twice")
         return "choice", None, None, tuple(args)
     if len(args) != 2:
-        raise KnobError(f"line {line}: {kind}(lo, hi) takes exactly two bounds, got {len(args)}")
+        raise KnobError(f"{kind}(lo, hi) takes exactly two bounds, got {len(args)}")
     low, high = args
     numeric = all(isinstance(a, (int, float)) and not isinstance(a, bool) for a in args)
     if not numeric:
-        raise KnobError(f"line {line}: the bounds of {kind}(lo, hi) must be numbers, got ({arg_text})")
+        raise KnobError(f"the bounds of {kind}(lo, hi) must be numbers, got ({arg_text})")
     if kind == "int" and not all(isinstance(a, int) for a in args):
-        raise KnobError(f"line {line}: int(lo, hi) needs integer bounds, got ({arg_text}); use float(...) for reals")
+        raise KnobError(f"int(lo, hi) needs integer bounds, got ({arg_text}); use float(...) for reals")
     if not low < high:
-        raise KnobError(f"line {line}: {kind}(lo, hi) needs lo < hi, got lo={low!r} hi={high!r}")
+        raise KnobError(f"{kind}(lo, hi) needs lo < hi, got lo={low!r} hi={high!r}")
     if kind == "log" and low <= 0:
-        raise KnobError(f"line {line}: log(lo, hi) needs lo > 0, got lo={low!r}; use float(...) to include 0")
+        raise KnobError(f"log(lo, hi) needs lo > 0, got lo={low!r}; use float(...) to include 0")
     if kind in ("float", "log"):
         low, high = float(low), float(high)
     return kind, low, high, ()
@@ -341,6 +559,9 @@ def _check_single_assignment(tree: ast.Module, knob_lines: dict[str, int]) -> No
 
 
 def _format_for_knob(knob: Knob, value: Any, old_text: str) -> str:
+    if knob.syntax == "yaml":
+        _format_for_knob(replace(knob, syntax="python"), value, old_text)   # the same type checks
+        return _format_yaml(knob, value, old_text)
     if knob.kind in ("float", "log"):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise KnobError(f"knob {knob.name} (line {knob.line}) takes a number, got {value!r}")
