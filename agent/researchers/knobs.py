@@ -147,10 +147,9 @@ def is_yaml(path: str) -> bool:
 
 
 def find_knobs(source: str, *, path: str = "", declared: Mapping[str, str] | None = None) -> list[Knob]:
-    """Every knob of the target `path` (its text is `source`): program.md's `declared`
-    (name -> space, e.g. {"learning_rate": "log(1e-4, 1e-2)"}) and, in a Python target, the
-    `# search:` annotations (a declared knob wins over an annotation of the same name).
-    In line order. Raises DeclaredKnobError for a declared knob that cannot be edited (not
+    """Every knob of the target `path` (its text is `source`), in line order: program.md's
+    `declared` (name -> space, e.g. {"learning_rate": "log(1e-4, 1e-2)"}) when given, which
+    replace the annotations; else, in a Python target, its `# search:` annotations. Raises DeclaredKnobError for a declared knob that cannot be edited (not
     found, not a literal, assigned twice), KnobError for a malformed annotation."""
     declared = dict(declared or {})
     if is_yaml(path):
@@ -161,10 +160,14 @@ def find_knobs(source: str, *, path: str = "", declared: Mapping[str, str] | Non
                                       f"target, not {path}; point target at the config file that "
                                       f"assigns them")
     else:
-        annotated = [k for k in parse_knobs(source) if k.name not in declared]
-        tree = ast.parse(source)
-        found = annotated + [_python_knob(source, tree, path, name, space)
-                             for name, space in declared.items()]
+        if not declared:
+            return parse_knobs(source)
+        try:
+            tree = ast.parse(source)
+        except SyntaxError as exc:
+            raise DeclaredKnobError(next(iter(declared)), f"{path or 'the target'} does not parse "
+                                    f"as Python (line {exc.lineno}: {exc.msg})") from None
+        found = [_python_knob(source, tree, path, name, space) for name, space in declared.items()]
     return sorted(found, key=lambda k: (k.line, k.start))
 
 
