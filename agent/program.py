@@ -59,6 +59,7 @@ class Program:
     command: str = "python train/train.py"   # may use {seed} {budget_s} {out} {data} {split}
     prepare: str | None = "python train/prepare.py"  # run once on the host; None = no data
     metric: str = "val_bpb"
+    result_file: str = "result.json"    # the JSON file in $NIGHTSHIFT_OUT holding the metric
     metric_pattern: str | None = None   # regex with one group: the metric from the log's last match
     metrics_pattern: str | None = None  # regex with named groups: more figures from the log
     env: dict[str, str] = field(default_factory=dict)   # extra, non-secret variables of every run
@@ -369,6 +370,7 @@ _FIELDS: dict[str, tuple[str, Parser]] = {
     "command": ("command", _command),
     "prepare": ("prepare", _optional(_text)),
     "metric": ("metric", _text),
+    "result_file": ("result_file", _path),
     "metric_pattern": ("metric_pattern", _optional(_regex("one"))),
     "metrics_pattern": ("metrics_pattern", _optional(_regex("named"))),
     "env": ("env", _env),

@@ -188,7 +188,7 @@ class DockerRunner(Runner):
             exit_code=exit_code, timed_out=timed_out, oom_killed=bool(state.get("OOMKilled")),
             interrupted=interrupted is not None, out_dir=spec.out_dir, log_tail=tail, metric=spec.metric,
             metric_pattern=spec.metric_pattern, metrics_pattern=spec.metrics_pattern,
-            log_text=log.tail(None))
+            result_file=spec.result_file, log_text=log.tail(None))
         result = RunResult(
             status=status, exit_code=exit_code, metric=metric, metrics=metrics,
             duration_s=round(duration, 3), peak_memory_mb=peak, log_path=log.path, log_tail=tail,

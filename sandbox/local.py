@@ -131,7 +131,7 @@ class LocalRunner(Runner):
             exit_code=watch.exit_code, timed_out=watch.timed_out, oom_killed=oom,
             interrupted=interrupted is not None, out_dir=spec.out_dir, log_tail=tail,
             metric=spec.metric, metric_pattern=spec.metric_pattern,
-            metrics_pattern=spec.metrics_pattern, log_text=log.tail(None))
+            metrics_pattern=spec.metrics_pattern, result_file=spec.result_file, log_text=log.tail(None))
         result = RunResult(
             status=status, exit_code=watch.exit_code, metric=value, metrics=metrics,
             duration_s=round(duration, 3), peak_memory_mb=round(max(peaks), 1) if peaks else None,

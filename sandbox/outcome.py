@@ -159,14 +159,15 @@ class CappedLog:
 
 def classify(*, exit_code: int | None, timed_out: bool, oom_killed: bool, interrupted: bool,
              out_dir: Path, log_tail: str, metric: str, metric_pattern: str | None = None,
-             metrics_pattern: str | None = None, log_text: str | None = None
-             ) -> tuple[Status, float | None, dict[str, Any], str]:
+             metrics_pattern: str | None = None, log_text: str | None = None,
+             result_file: str = RESULT_FILE) -> tuple[Status, float | None, dict[str, Any], str]:
     """Decide how a run ended: (status, metric value or None, metrics, one-line reason).
 
     `exit_code` follows subprocess's convention (negative = killed by that signal); shell
     style codes above 128 are read as signals too. Order of precedence: INTERRUPTED,
     TIMEOUT, OOM (`oom_killed`, or memory errors in the log of a failed run), CRASH
-    (non-zero exit), then the metric: from `out_dir/result.json` (a JSON object) merged
+    (non-zero exit), then the metric: from `out_dir/result_file` (a JSON object, default
+    result.json) merged
     over the `key: value` lines after the last `---` in the log, merged over what the
     patterns found in `log_text` (default: `log_tail`): result.json wins, then the summary,
     then the last match of `metric_pattern` (its one group is the metric) and of
@@ -177,7 +178,7 @@ def classify(*, exit_code: int | None, timed_out: bool, oom_killed: bool, interr
     """
     text = log_tail if log_text is None else log_text
     found = pattern_metrics(text, metric, metric_pattern, metrics_pattern)
-    metrics, source_note = collect_metrics(Path(out_dir), log_tail)
+    metrics, source_note = collect_metrics(Path(out_dir), log_tail, result_file)
     metrics = {**found, **metrics}
     if interrupted:
         return Status.INTERRUPTED, None, metrics, "the harness was interrupted while this ran"
@@ -192,9 +193,10 @@ def classify(*, exit_code: int | None, timed_out: bool, oom_killed: bool, interr
             return Status.OOM, None, metrics, f"{describe_exit(exit_code)}, out of memory: {last_error_line(log_tail)}"
         return Status.CRASH, None, metrics, f"{describe_exit(exit_code)}: {last_error_line(log_tail)}"
     if metric not in metrics:
-        has_result = os.path.lexists(Path(out_dir) / RESULT_FILE)
-        note = source_note or (f"{RESULT_FILE} has no {metric!r}" if has_result else f"no {RESULT_FILE}")
-        return Status.NO_METRIC, None, metrics, no_metric_reason(metric, note, metric_pattern, text)
+        has_result = os.path.lexists(Path(out_dir) / result_file)
+        note = source_note or (f"{result_file} has no {metric!r}" if has_result else f"no {result_file}")
+        return Status.NO_METRIC, None, metrics, no_metric_reason(metric, note, metric_pattern, text,
+                                                                 result_file)
     value = _as_float(metrics[metric])
     if value is None or not math.isfinite(value):
         return Status.BAD_METRIC, None, metrics, f"{metric} is {metrics[metric]!r}, not a finite number"
@@ -219,7 +221,8 @@ def pattern_metrics(text: str, metric: str, metric_pattern: str | None,
     return found
 
 
-def no_metric_reason(metric: str, result_note: str, metric_pattern: str | None, text: str) -> str:
+def no_metric_reason(metric: str, result_note: str, metric_pattern: str | None, text: str,
+                     result_file: str = RESULT_FILE) -> str:
     """Why no metric was found, naming every way to report one and the lines that nearly
     matched (those sharing the most words with the metric's name and the pattern)."""
     pattern = (f"metric_pattern {metric_pattern!r} matched no line" if metric_pattern
@@ -233,7 +236,7 @@ def no_metric_reason(metric: str, result_note: str, metric_pattern: str | None, 
     nearly = f"; lines that nearly matched: {' | '.join(near)}" if near else ""
     return (f"exited 0 but reported no {metric!r} ({result_note} in $NIGHTSHIFT_OUT, no "
             f"`{metric}: <value>` line after a `---` line in the log, {pattern}){nearly}. Report it one of "
-            f"three ways: write {{\"{metric}\": ...}} to $NIGHTSHIFT_OUT/{RESULT_FILE}, print a "
+            f"three ways: write {{\"{metric}\": ...}} to $NIGHTSHIFT_OUT/{result_file}, print a "
             f"`---` line then `{metric}: <value>`, or set metric_pattern in program.md to a "
             f"regular expression whose one group captures the value")
 
@@ -270,37 +273,40 @@ def _shorten(line: str, limit: int) -> str:
     return f"{line[:head]} … {line[-(limit - head - 3):]}"
 
 
-def collect_metrics(out_dir: Path, log_tail: str) -> tuple[dict[str, Any], str]:
-    """Metrics from result.json merged over the log summary, and a note on any problem."""
+def collect_metrics(out_dir: Path, log_tail: str, result_file: str = RESULT_FILE
+                    ) -> tuple[dict[str, Any], str]:
+    """Metrics from result.json (or `result_file`) merged over the log summary, and a note on
+    any problem."""
     summary = parse_summary(log_tail)
-    reported, note = read_result_json(out_dir / RESULT_FILE)
+    reported, note = read_result_json(out_dir / result_file)
     return {**summary, **(reported or {})}, note
 
 
 def read_result_json(path: Path) -> tuple[dict[str, Any] | None, str]:
     """The JSON object in `path`, or (None, why not). Never blocks or follows links:
     the file was written by untrusted code and could be a FIFO, a link to /dev/zero, huge."""
+    name = Path(path).name
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
-        return None, f"no {RESULT_FILE}"
+        return None, f"no {name}"
     except OSError as exc:
-        return None, f"{RESULT_FILE} unreadable ({exc.strerror})"
+        return None, f"{name} unreadable ({exc.strerror})"
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            return None, f"{RESULT_FILE} is not a regular file"
+            return None, f"{name} is not a regular file"
         if info.st_size > MAX_RESULT_BYTES:
-            return None, f"{RESULT_FILE} is {info.st_size} bytes, over {MAX_RESULT_BYTES}"
+            return None, f"{name} is {info.st_size} bytes, over {MAX_RESULT_BYTES}"
         raw = os.read(fd, MAX_RESULT_BYTES + 1)
     finally:
         os.close(fd)
     try:
         data = json.loads(raw.decode("utf-8", errors="replace"))
     except ValueError as exc:
-        return None, f"{RESULT_FILE} is not valid JSON ({exc})"
+        return None, f"{name} is not valid JSON ({exc})"
     if not isinstance(data, dict):
-        return None, f"{RESULT_FILE} holds a {type(data).__name__}, not a JSON object"
+        return None, f"{name} holds a {type(data).__name__}, not a JSON object"
     return data, ""
 
 

@@ -101,6 +101,7 @@ class RunSpec:
     limits: Limits = field(default_factory=Limits)
     log_cap_bytes: int = 5_000_000  # the run log keeps head and tail beyond this
     env: dict[str, str] = field(default_factory=dict)  # extra, non-secret variables
+    result_file: str = "result.json"    # the JSON object in out_dir holding the metric
     metric_pattern: str | None = None   # regex, one group: the metric from the log's last match
     metrics_pattern: str | None = None  # regex with named groups: more figures from the log
     python: str | None = None       # what the word `python` in command runs; None: PATH's

@@ -50,7 +50,7 @@ SPACE_KINDS: tuple[str, ...] = ("float", "log", "int", "choice")
 
 _ANNOTATION = re.compile(r"#\s*search\s*:\s*(?P<rest>.*)$")
 _KIND_CALL = re.compile(r"^(?P<kind>[A-Za-z_]\w*)\s*\((?P<args>.*)\)\s*$")
-_YAML_SUFFIXES = (".yaml", ".yml")
+_YAML_SUFFIXES = (".yaml", ".yml", ".json")   # JSON is YAML: same finder, same editor
 
 
 class KnobError(ValueError):
@@ -136,7 +136,7 @@ def parse_knobs(source: str) -> list[Knob]:
         _check_value_type(name, kind, value, line)
         seen[name] = line
         doc = comment[: match.start()].strip().lstrip("#").strip()
-        start, end = _value_span(source, node)
+        start, end = _value_span(source, node.value)
         knobs.append(Knob(name, value, kind, line, low, high, choices, doc, start, end))
     _check_single_assignment(tree, seen)
     return knobs
@@ -156,9 +156,9 @@ def find_knobs(source: str, *, path: str = "", declared: Mapping[str, str] | Non
         found = [_yaml_knob(source, path, name, space) for name, space in declared.items()]
     elif declared and path and not path.endswith(".py"):
         name = next(iter(declared))
-        raise DeclaredKnobError(name, f"knobs can be edited in a Python (.py) or YAML (.yaml, .yml) "
-                                      f"target, not {path}; point target at the config file that "
-                                      f"assigns them")
+        raise DeclaredKnobError(name, f"knobs can be edited in a Python (.py), YAML (.yaml, .yml) "
+                                      f"or JSON (.json) target, not {path}; point target at the "
+                                      f"config file that assigns them")
     else:
         if not declared:
             return parse_knobs(source)
@@ -326,21 +326,34 @@ def _python_knob(source: str, tree: ast.Module, path: str, name: str, space: Any
             f"assignment and the last one wins: name a file where it is set once (such as the "
             f"config file) as the target, or write Class.{field} for a class field"))
     node = found[0]
-    if node.lineno != node.end_lineno:
+    value_node = node.value
+    if isinstance(value_node, ast.Call) and _is_field_call(value_node):   # field(default=5e-5, ...)
+        value_node = next((k.value for k in value_node.keywords if k.arg == "default"), None)
+        if value_node is None:
+            raise DeclaredKnobError(name, (
+                f"{where}:{node.lineno}: {field} = field(...) has no default=...; the researcher "
+                f"rewrites a literal default: drop the knob, or name a field with default=<value>"))
+    if value_node.lineno != value_node.end_lineno:
         raise DeclaredKnobError(name, (
-            f"{where}:{node.lineno}: {field} is assigned over several lines; the researcher "
+            f"{where}:{node.lineno}: the value of {field} spans several lines; the researcher "
             f"rewrites one-line literal values: drop the knob, or put the value on one line"))
     try:
-        value = ast.literal_eval(node.value)
+        value = ast.literal_eval(value_node)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        text = ast.get_source_segment(source, node.value) or "..."
+        text = ast.get_source_segment(source, value_node) or "..."
         raise DeclaredKnobError(name, (
-            f"{where}:{node.lineno}: {field} = {text} is an expression, not a literal; the "
+            f"{where}:{value_node.lineno}: {field} = {text} is an expression, not a literal; the "
             f"researcher can only rewrite a literal value: drop the knob, or (if you may edit "
             f"the file) write the value it computes there")) from None
-    _check_declared_type(name, kind, value, f"{where}:{node.lineno}")
-    start, end = _value_span(source, node)
-    return Knob(name, value, kind, node.lineno, low, high, choices, "", start, end)
+    _check_declared_type(name, kind, value, f"{where}:{value_node.lineno}")
+    start, end = _value_span(source, value_node)
+    return Knob(name, value, kind, value_node.lineno, low, high, choices, "", start, end)
+
+
+def _is_field_call(call: ast.Call) -> bool:
+    func = call.func
+    return (isinstance(func, ast.Name) and func.id == "field") or (
+        isinstance(func, ast.Attribute) and func.attr == "field")
 
 
 def _named_assignments(tree: ast.Module) -> tuple[list[ast.stmt], list[tuple[str, ast.stmt]]]:
@@ -413,8 +426,9 @@ def _check_declared_type(name: str, kind: str, value: Any, where: str) -> None:
                                       f"space is int(...); use float(...) or log(...)")
 
 
-def _value_span(source: str, node: ast.Assign | ast.AnnAssign) -> tuple[int, int]:
-    """Character offsets of an assignment's value in `source` (ast counts UTF-8 bytes)."""
+def _value_span(source: str, node: ast.expr) -> tuple[int, int]:
+    """Character offsets of an expression (an assignment's value) in `source` (ast counts
+    UTF-8 bytes)."""
     lines = source.splitlines(keepends=True)
     starts = [0]
     for line in lines:
@@ -422,7 +436,7 @@ def _value_span(source: str, node: ast.Assign | ast.AnnAssign) -> tuple[int, int
 
     def offset(lineno: int, col: int) -> int:
         return starts[lineno - 1] + len(lines[lineno - 1].encode("utf-8")[:col].decode("utf-8"))
-    return offset(node.value.lineno, node.value.col_offset), offset(node.value.end_lineno, node.value.end_col_offset)
+    return offset(node.lineno, node.col_offset), offset(node.end_lineno, node.end_col_offset)
 
 
 def _format_yaml(knob: Knob, value: Any, old_text: str) -> str:

@@ -1,4 +1,5 @@
 """The knob annotation grammar: parsing, errors that name the line, and value rewriting."""
+import json
 from pathlib import Path
 
 import pytest
@@ -251,10 +252,35 @@ def test_declared_yaml_keys_keep_the_file_and_write_yaml_values():
     (DATACLASS_PY, "c.py", {"Model.warmup": "int(0, 9)"}, r"in class Model"),
     (CONFIG_YAML, "t.yaml", {"optimizer.learning_rate": "log(1e-5, 1e-2)"}, r"no key 'optimizer.learning_rate'.*keys under optimizer: lr, beta2, name"),
     (CONFIG_YAML, "t.yaml", {"model": "int(1, 3)"}, r"t.yaml:3: model holds a list or mapping"),
-    ("x: 1\n", "t.json", {"x": "int(1, 3)"}, r"Python \(.py\) or YAML"),
+    ("x: 1\n", "t.toml", {"x": "int(1, 3)"}, r"Python \(.py\), YAML"),
 ])
 def test_declared_knob_errors_name_the_knob_and_keep_the_script_working(source, path, declared, message):
     with pytest.raises(DeclaredKnobError, match=message) as caught:
         find_knobs(source, path=path, declared=declared)
     assert caught.value.knob == next(iter(declared))
     assert "rename" not in str(caught.value)
+
+
+def test_declared_field_defaults_of_an_arguments_dataclass():
+    """HfArgumentParser-style scripts keep defaults in field(default=..., metadata=...)."""
+    source = """from dataclasses import dataclass, field
+
+@dataclass
+class TrainingArguments:
+    learning_rate: float = field(
+        default=5e-5, metadata={"help": "peak learning rate"})
+    warmup_ratio: float = field(default=0.0, metadata={"help": "warmup share"})
+"""
+    declared = {"learning_rate": "log(1e-6, 1e-3)", "TrainingArguments.warmup_ratio": "float(0, 0.2)"}
+    knobs = {k.name: k for k in find_knobs(source, path="run.py", declared=declared)}
+    assert (knobs["learning_rate"].value, knobs["learning_rate"].line) == (5e-5, 6)
+    out = set_knobs(source, {"learning_rate": 1e-4, "TrainingArguments.warmup_ratio": 0.1},
+                    path="run.py", declared=declared)
+    assert "        default=1e-4, metadata=" in out and "field(default=0.1, metadata=" in out
+
+
+def test_declared_keys_of_a_json_config():
+    source = '{\n  "learning_rate": 5e-05,\n  "optim": "adamw_torch",\n  "epochs": 3\n}\n'
+    declared = {"learning_rate": "log(1e-6, 1e-3)", "optim": "choice('adamw_torch', 'sgd')"}
+    out = set_knobs(source, {"learning_rate": 2e-4, "optim": "sgd"}, path="args.json", declared=declared)
+    assert json.loads(out) == {"learning_rate": 2e-4, "optim": "sgd", "epochs": 3}
