@@ -164,6 +164,7 @@ class RunFinished(Event):
     data_hash: str | None = None
     env_fingerprint: str | None = None
     provenance: str | None = None          # relative to results/<tag>/
+    over_budget_s: float | None = None     # seconds past its budget, when it ran past it (else None)
 
     @property
     def ok(self) -> bool:
