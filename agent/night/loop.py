@@ -24,6 +24,7 @@ from agent.record.summary import ledger_summary
 from agent.record.views import write_tsv
 from agent.researchers import (Outcome, Proposal, ProposalRejected, ResearchContext, Researcher,
                                ResearcherError)
+from agent.night.checks import baseline_verdict
 from agent.night.runs import RunExecutor
 from agent.workspace.gate import check_source
 from agent.workspace.repo import Workspace, candidate_message
@@ -102,6 +103,8 @@ class ResearchLoop:
                 if reason:
                     break
                 self._ensure_reference(stop)
+                if not self.state.experiments:   # the first baseline: check what it assumes
+                    self._check_baseline()
                 self.ledger.refresh()   # hypotheses queued meanwhile by `nightshift seed`
                 experiment = self.state.pending or self._propose()
                 if experiment is not None and not experiment.decided:
@@ -164,6 +167,14 @@ class ResearchLoop:
                     f"the incumbent {incumbent[:8]} failed on seed {seed} "
                     f"({run.status.value}: {run.reason}); the baseline must run before "
                     f"anything can be compared with it. Log: results/{self.tag}/{run.log}")
+
+    def _check_baseline(self) -> None:
+        """Print the verdict on the first baseline's runs; stop when the seed changes nothing."""
+        verdict = baseline_verdict(self.state, self.program, self.ledger.dir)
+        for line in verdict.lines():
+            self.observer.message(line)
+        if verdict.stop:
+            raise LoopError(verdict.stop)
 
     def measure(self, commit: str, seed: int, role: Role, experiment: str | None,
                 label: str) -> RunFinished:

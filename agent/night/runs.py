@@ -1,17 +1,21 @@
 """Running one measurement: a commit on a seed, in the sandbox, recorded in the ledger.
 
 Each run gets its own folder `results/<tag>/runs/<run_id>/` holding the log, the script's
-outputs (`out/result.json`) and `provenance.json`. The commit is exported once into a
-read-only snapshot that all its seeds share, so the worktree can move on meanwhile.
+outputs (`out/result.json`, and `work/`: what it wrote next to itself, as far as `keep:`
+keeps it) and `provenance.json`. The commit is exported once into a read-only snapshot that
+all its seeds share, so the worktree can move on meanwhile; each run works in a private
+writable layer over it, with program.md's `data:` folder mounted read-only inside.
 """
 from __future__ import annotations
 
+import sys
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from agent.night.data import PreparedData
+from agent.night import checks, outputs
+from agent.night.data import PreparedData, folder_facts, repository_data
 from agent.program import Program
 from agent.record.events import Role, RunFinished, RunStarted
 from agent.record.ledger import Ledger, utc_now
@@ -19,6 +23,7 @@ from agent.record.provenance import determinism, environment, fingerprint, write
 from agent.workspace.gate import digest_files, tampered
 from agent.workspace.repo import Workspace, remove_snapshot
 from sandbox import Limits, Runner, RunSpec, Status
+from sandbox.protocol import DataMount
 
 MAX_DIFF_CHARS = 1_000_000   # a diff larger than this is left to git (the commit pins it anyway)
 
@@ -36,6 +41,13 @@ class RunPlan:
     split: str = "val"
     extra_env: dict[str, str] = field(default_factory=dict)
     target: str | None = None      # the file the researcher edits; its digest goes in provenance
+    result_file: str = "result.json"
+    metric_pattern: str | None = None
+    metrics_pattern: str | None = None
+    python: str | None = None      # what `python` in the command runs (Nightshift's interpreter)
+    writable_workdir: bool = False
+    mounts: tuple[DataMount, ...] = ()
+    keep: tuple[str, ...] | None = None   # program.md's keep: globs (None: result.json + small files)
 
     @classmethod
     def from_program(cls, program: Program, *, budget_s: float | None = None,
@@ -44,10 +56,14 @@ class RunPlan:
         the one place a Program becomes run settings."""
         limits = Limits(memory_mb=program.limits.memory_mb, pids=program.limits.pids,
                         cpus=program.limits.cpus, gpu=gpu_for_runs())
+        mount = repository_data(program.root, program.data)
         return cls(command=program.command, metric=program.metric,
                    budget_s=program.budget_s if budget_s is None else budget_s,
                    grace_s=program.grace_s, protected=tuple(program.protected), limits=limits,
-                   split=split, target=program.target)
+                   split=split, extra_env=dict(program.env), target=program.target,
+                   result_file=program.result_file, metric_pattern=program.metric_pattern,
+                   metrics_pattern=program.metrics_pattern, python=sys.executable, writable_workdir=True,
+                   mounts=(mount,) if mount else (), keep=program.keep)
 
 
 def gpu_for_runs() -> int | None:
@@ -100,11 +116,14 @@ class RunExecutor:
         out_dir.mkdir(parents=True)
         snapshot = self.snapshot(commit)
         protected_before = digest_files(snapshot, self.plan.protected)
+        data_before = {m.path: folder_facts(m.source) for m in self.plan.mounts}
+        plan = self.plan
         spec = RunSpec(
-            command=self.plan.command, snapshot_dir=snapshot, data_dir=self.data.path,
-            out_dir=out_dir, seed=seed, budget_s=self.plan.budget_s, metric=self.plan.metric,
-            split=self.plan.split, grace_s=self.plan.grace_s, limits=self.plan.limits,
-            env=self.plan.extra_env,
+            command=plan.command, snapshot_dir=snapshot, data_dir=self.data.path,
+            out_dir=out_dir, seed=seed, budget_s=plan.budget_s, metric=plan.metric,
+            split=plan.split, grace_s=plan.grace_s, limits=plan.limits, env=plan.extra_env,
+            result_file=plan.result_file, metric_pattern=plan.metric_pattern,
+            metrics_pattern=plan.metrics_pattern, python=plan.python, writable_workdir=plan.writable_workdir, mounts=plan.mounts,
         )
         started = self.ledger.append(RunStarted(run_id=run_id, commit=commit, seed=seed,
                                                 role=role, experiment=experiment))
@@ -117,8 +136,22 @@ class RunExecutor:
             raise
         status, reason = result.status, result.reason
         changed = tampered(protected_before, digest_files(snapshot, self.plan.protected))
+        changed += outputs.touches((p for p in result.written), self.plan.protected)
+        data_after = {m.path: folder_facts(m.source) for m in self.plan.mounts}
+        data_changed = [path for path in data_before if data_before[path] != data_after[path]]
         if changed:
-            status, reason = Status.TAMPERED, f"protected files changed during the run: {', '.join(changed)}"
+            status, reason = Status.TAMPERED, f"protected files changed during the run: {', '.join(sorted(set(changed)))}"
+        elif data_changed:
+            status, reason = Status.TAMPERED, (f"the run changed the data folder "
+                                               f"{', '.join(data_changed)} of your repository")
+        kept = outputs.prune(out_dir, result.work_dir, result.written, snapshot, self.plan.keep,
+                             always=(self.plan.result_file,))
+        budget = checks.judge_budget(result.duration_s, self.plan.budget_s, self.plan.grace_s) \
+            if status != Status.INTERRUPTED else None
+        metric_value = result.metric if status == Status.OK else None
+        seen = self.ledger.state.ok_values(commit)
+        seeding = checks.observe_seeding({**seen, seed: metric_value} if metric_value is not None else seen,
+                                         self.plan.metric)
         env = environment()
         parent = self.workspace.parent(commit)
         diff = self.workspace.diff(commit) if parent else ""   # a root commit's diff is everything
@@ -131,18 +164,27 @@ class RunExecutor:
             "seed": seed, "role": role.value, "experiment": experiment,
             "budget_s": self.plan.budget_s, "grace_s": self.plan.grace_s,
             "command": self.plan.command, "split": self.plan.split,
+            "run_env": dict(self.plan.extra_env), "python": self.plan.python,
             "protected_digests": protected_before,
             "data_dir": str(self.data.path), "data_meta": self.data.meta,
+            "data_mount": [{"path": m.path, "source": str(m.source), **data_after[m.path]}
+                           for m in self.plan.mounts],
             "sandbox": {"backend": result.backend, **result.sandbox},
+            "outputs": kept.to_dict(),
             "environment": env, "env_fingerprint": fingerprint(env),
-            "determinism": determinism(seed, self.plan.extra_env),
+            "determinism": determinism(
+                seed, self.plan.extra_env,
+                seed_passed="{seed} in the command and NIGHTSHIFT_SEED" if "{seed}" in self.plan.command
+                else "NIGHTSHIFT_SEED (the command has no {seed})",
+                seeding=(seeding.kind, seeding.note),
+                budget=(budget.kind, budget.note) if budget else ("unknown", "interrupted")),
             "started_at": started.time, "ended_at": utc_now(),
         }
         write_provenance(run_dir / "provenance.json", provenance)
         return self.ledger.append(RunFinished(
             run_id=run_id, commit=commit, seed=seed, role=role,
             experiment=experiment, status=status,
-            metric=result.metric if status == Status.OK else None,
+            metric=metric_value,
             metrics=dict(result.metrics), duration_s=round(result.duration_s, 3),
             peak_memory_mb=result.peak_memory_mb, exit_code=result.exit_code, reason=reason,
             log=str(Path(result.log_path).relative_to(self.runs_dir.parent))
@@ -150,4 +192,5 @@ class RunExecutor:
             log_tail=result.log_tail[-2000:], backend=result.backend,
             data_hash=self.data.corpus_hash, env_fingerprint=provenance["env_fingerprint"],
             provenance=str((run_dir / "provenance.json").relative_to(self.runs_dir.parent)),
+            over_budget_s=budget.over_s if budget else None,
         ))

@@ -66,9 +66,10 @@ def build_session(program: Program, tag: str, *, researcher: str, sandbox: str,
 
     chosen = make_researcher(name, state_dir=results / "researcher", direction=program.direction,
                              claude=program.claude, script=script, seed=seed,
-                             experiment_detail=detail)
+                             experiment_detail=detail, knobs=program.knobs)
     rule = make_rule(program.decision, program.rule_settings)
-    executor = RunExecutor(plan=RunPlan.from_program(program, split=split), runner=runner,
+    plan = RunPlan.from_program(program, split=split)
+    executor = RunExecutor(plan=plan, runner=runner,
                            workspace=workspace, ledger=ledger, data=data, results_dir=results)
     facts: dict[str, Any] = {
         "researcher": chosen.name, "researcher_why": researcher_why, "sandbox": runner.name,
@@ -79,4 +80,6 @@ def build_session(program: Program, tag: str, *, researcher: str, sandbox: str,
                         facts=facts)
     notes = [f"researcher: {chosen.name} ({researcher_why})", f"sandbox: {sandbox_why}",
              f"decision rule: {rule.name}", f"data: {data.path}", f"results: {results}"]
+    for mount in plan.mounts:
+        notes.insert(4, f"data folder: {mount.path} of your checkout, read-only at that path in every run")
     return Session(loop=loop, results=results, notes=notes)
