@@ -38,8 +38,10 @@ class BudgetJudgement:
 
 def budget_tolerance_s(budget_s: float, grace_s: float) -> float:
     """How far past its budget a run may end before it is flagged: startup and the final
-    evaluation take some seconds (at most the grace, past which the run is killed)."""
-    return min(grace_s, max(10.0, 0.25 * budget_s))
+    evaluation take some seconds (10 s or a quarter of the budget), but never more than half
+    the grace, past which the run is killed, so a script that overruns is flagged before it
+    is killed."""
+    return min(0.5 * grace_s, max(10.0, 0.25 * budget_s))
 
 
 def judge_budget(duration_s: float | None, budget_s: float, grace_s: float) -> BudgetJudgement:
