@@ -90,3 +90,12 @@ def test_a_misspelled_placeholder_stops_before_anything_runs(tmp_path, data_root
     message = " ".join(done.stderr.split())
     assert re.search(r"program\.md:\d+: field 'command': unknown placeholder \{sede\} \(did you mean \{seed\}\?\)", message)
     assert not (repo / "results" / "typo").exists()
+
+
+def test_the_readme_shows_the_nanogpt_example_in_full():
+    from tests.loop_helpers import PROJECT
+
+    readme = (PROJECT / "README.md").read_text()
+    block = readme.split("```yaml\n", 1)[1].split("```", 1)[0]
+    example = (PROJECT / "examples" / "nanogpt" / "program.md").read_text()
+    assert example.startswith(block)
