@@ -9,7 +9,6 @@ kept. Then the same script with the seed left out: the loop stops before any can
 import json
 import re
 
-import pytest
 
 from tests.examples.conftest import example_repo
 from tests.loop_helpers import cli_env, git_out, loop_state, nightshift

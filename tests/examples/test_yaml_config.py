@@ -15,7 +15,7 @@ from tests.loop_helpers import cli_env, git_out, loop_state, nightshift
 
 
 def test_a_night_over_a_yaml_config(tmp_path, data_root):
-    repo = example_repo(tmp_path / "lit", "yaml_config", budget="1s", grace="20s")
+    repo = example_repo(tmp_path / "lit", "yaml_config", budget="0.5s", grace="20s")
     head = git_out(repo, "rev-parse", "HEAD")
     config_before = (repo / "configs" / "base.yaml").read_text()
     done = nightshift(repo, "run", "--tag", "y", "--max-experiments", "1", env=cli_env(data_root))

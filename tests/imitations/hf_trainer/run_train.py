@@ -12,7 +12,6 @@ import json
 import math
 import os
 import random
-import sys
 import time
 from dataclasses import dataclass, field
 
