@@ -123,7 +123,7 @@ class LocalRunner(Runner):
             shutil.rmtree(folder, ignore_errors=True)
         written = {}
         if mode == "overlay":
-            written = workdir.finish_overlay(run_dir, spec.mounts)
+            written = workdir.finish_overlay(run_dir)
         elif mode == "copy":
             written = workdir.finish_copy(spec.snapshot_dir, run_dir, spec.mounts)
         tail = log.tail(40)

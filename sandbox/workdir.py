@@ -45,17 +45,16 @@ def overlay_layers(run_dir: Path) -> tuple[Path, Path]:
     return upper, scratch
 
 
-def finish_overlay(run_dir: Path, mounts: Iterable[DataMount]) -> dict[str, int | None]:
+def finish_overlay(run_dir: Path) -> dict[str, int | None]:
     """Turn the upper layer into plain files: whiteouts (deletions) become None entries and
-    are removed, as are the folders created only as mount points; the overlay's scratch
-    folder is deleted."""
+    are removed, as are the empty folders (copied up to be made writable, or created as mount
+    points); the overlay's scratch folder is deleted."""
     scratch = Path(run_dir) / OVERLAY_SCRATCH
     _remove_tree(scratch)
     upper = work_dir(run_dir)
     written: dict[str, int | None] = {}
     if not upper.is_dir():
         return written
-    mount_paths = {PurePosixPath(m.path) for m in mounts}
     for current, dirs, files in os.walk(upper):
         for name in files + [d for d in dirs if os.path.islink(os.path.join(current, d))]:
             full = os.path.join(current, name)
@@ -68,7 +67,7 @@ def finish_overlay(run_dir: Path, mounts: Iterable[DataMount]) -> dict[str, int 
                 written[rel] = info.st_size
             else:   # a FIFO, a socket, a device: nothing a person wants kept
                 os.unlink(full)
-    _drop_empty_mount_points(upper, mount_paths)
+    _drop_empty_dirs(upper)
     return written
 
 
@@ -171,14 +170,6 @@ def _unchanged(original: Path, copy: str, info: os.stat_result) -> bool:
     if stat.S_ISLNK(info.st_mode):
         return os.readlink(original) == os.readlink(copy)
     return before.st_size == info.st_size and before.st_mtime_ns == info.st_mtime_ns
-
-
-def _drop_empty_mount_points(root: Path, mount_paths: set[PurePosixPath]) -> None:
-    for mount in sorted(mount_paths, key=lambda p: -len(p.parts)):
-        path = root / mount
-        while path != root and path.is_dir() and not path.is_symlink() and not any(path.iterdir()):
-            path.rmdir()
-            path = path.parent
 
 
 def _drop_empty_dirs(root: Path) -> None:

@@ -54,6 +54,8 @@ def layout(tmp_path):
     (snapshot / "data" / "corpus").mkdir(parents=True)
     (snapshot / "train.py").write_text(SCRIPT)
     (snapshot / "old.txt").write_text("tracked")
+    (snapshot / "config").mkdir()
+    (snapshot / "config" / "base.py").write_text("lr = 1e-3\n")
     (snapshot / "data" / "corpus" / "prepare.py").write_text("# tracked\n")
     for path in [*snapshot.rglob("*")]:
         if path.is_file():
