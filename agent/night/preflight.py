@@ -82,6 +82,12 @@ def preflight(program: Program, *, sandbox: str, budget_s: float | None = None,
             verdict.add("sandbox", False, str(error), "start the engine or build the image as it says, "
                         "or use --sandbox local")
             return verdict
+        facts = runner.describe()
+        if runner.name == "local" and not facts.get("read_only_root"):
+            why += ("; no mount namespace here, so writes outside the run's folders are not "
+                    "prevented (only noticed in your checkout and the data folder): prefer docker")
+        elif runner.name == "local":
+            why += f"; working directory: {'a private overlay' if facts.get('overlay') else 'a private copy'}"
         verdict.add("sandbox", True, why)
         plan = RunPlan.from_program(program if mount_ok else program.with_overrides(data=None))
         if data is None:
