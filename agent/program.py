@@ -28,6 +28,7 @@ from agent.decide import fdr, rules
 from agent.decide.decision import RuleSettings, SeedPlan
 from agent.researchers.knobs import DeclaredKnobError, KnobError, find_knobs, parse_space
 from agent.researchers.registry import RESEARCHER_NAMES, resolve_researcher_name
+from cluster.select import CLUSTERS
 from sandbox.protocol import PLACEHOLDERS, unknown_placeholders
 from sandbox.select import BACKENDS
 
@@ -77,6 +78,10 @@ class Program:
     full_scale: FullScale = field(default_factory=FullScale)
     sandbox: str = "auto"
     researcher: str = "auto"
+    workers: int | None = None    # runs in flight at once; None (`auto`): one per GPU, else 1
+    overlap: bool = True          # the researcher prepares proposals while runs train
+    cluster: str = CLUSTERS[0]    # where runs execute: this machine, or a Ray cluster
+    cluster_address: str | None = None   # a Ray cluster's address (default: $RAY_ADDRESS)
     limits: ResourceLimits = field(default_factory=ResourceLimits)
     image: str = "nightshift:latest"
     claude: dict[str, Any] = field(default_factory=dict)  # validated by the claude researcher
@@ -321,6 +326,27 @@ def _globs(value: Any) -> tuple[str, ...] | None:
 
 
 _count = _check(_int, lambda n: n >= 1, "a whole number >= 1")
+
+
+def _bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "yes", "on", "1"):
+        return True
+    if text in ("false", "no", "off", "0"):
+        return False
+    raise _Invalid(f"expected true or false, got {value!r}")
+
+
+def _workers(value: Any) -> int | None:
+    if value is None or (isinstance(value, str) and value.strip().lower() == "auto"):
+        return None
+    try:
+        return _check(_int, lambda n: 1 <= n <= 1024, "a whole number from 1 to 1024")(value)
+    except _Invalid:
+        raise _Invalid(f"expected auto (one per visible GPU, else 1) or a number of workers "
+                       f"from 1 to 1024, got {value!r}") from None
 _budget = _check(parse_duration, lambda s: s > 0, "a positive duration like 60s")
 
 
@@ -390,6 +416,10 @@ _FIELDS: dict[str, tuple[str, Parser]] = {
     "researcher": ("researcher", _choice(*RESEARCHER_NAMES)),
     "limits": ("limits", _record(ResourceLimits, _RECORDS["limits"])),
     "image": ("image", _text),
+    "workers": ("workers", _workers),
+    "overlap": ("overlap", _bool),
+    "cluster": ("cluster", _choice(*CLUSTERS)),
+    "cluster_address": ("cluster_address", _optional(_text)),
     "claude": ("claude", _mapping),
 }
 _BY_ATTR = {attr: key for key, (attr, _) in _FIELDS.items()}

@@ -1,15 +1,24 @@
-"""Harness overhead: seconds per experiment spent outside the training process.
+"""Harness overhead: seconds per experiment spent outside the training process, at the start
+of a night and after thousands of experiments.
 
-    python benchmarks/harness_overhead.py [--experiments 20] [--sandbox local]
+    python benchmarks/harness_overhead.py [--experiments 10] [--history 2000] [--sandbox local]
 
 Runs the real loop (CLI, ledger, git workspace, snapshot, optuna researcher, decision rule,
 sandbox) on a training script that does nothing but print a noisy metric, so almost all of
-the wall time is the harness. Prints wall time per experiment and per run, minus the time
-the sandboxed processes themselves took (which includes a Python start-up per run).
+the wall time is the harness. Twice: on a fresh tag, and on a tag whose ledger already holds
+`--history` synthetic experiments (tests/ledger_factory.py; their base is the repository's
+real commit and their noise the script's, so the loop resumes them as its own). Each case
+runs one invocation of 1 experiment and one of `--experiments`, after a warm-up; the harness
+time per experiment is the difference of the two invocations' wall time minus the time the
+sandboxed processes took (a Python start-up per run), over the extra experiments, so the
+CLI's start-up (once per invocation, reading the ledger included) cancels out and is shown
+apart. The two per-experiment figures should be within 20 % of each other: a loop that
+re-read its ledger for every step would slow down as the night grows.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import tempfile
@@ -18,34 +27,93 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agent.record.ledger import fold  # noqa: E402
-from tests.loop_helpers import cli_env, events, make_repo, nightshift  # noqa: E402
+from tests.ledger_factory import synthetic_night  # noqa: E402
+from tests.loop_helpers import cli_env, git_out, loop_state, make_repo  # noqa: E402
 from tests.night.test_keep_rule_loop import NOISE_SCRIPT, PROGRAM  # noqa: E402
+
+# Counts the ledger's file reads in the CLI process and reports them on exit.
+COUNTER = '''
+import atexit, json, os, sys
+sys.path.insert(0, {project!r})
+from agent.record import ledger
+reads = {{"n": 0}}
+original = ledger.Ledger._apply_range
+def counted(self, start, stop):
+    reads["n"] += 1
+    return original(self, start, stop)
+ledger.Ledger._apply_range = counted
+atexit.register(lambda: open(os.environ["NIGHTSHIFT_BENCH_READS"], "w").write(json.dumps(reads)))
+from agent.cli.app import app
+app()
+'''
+
+
+def night(repo: Path, tag: str, experiments: int, env: dict[str, str], reads_file: Path) -> dict:
+    """Run `experiments` experiments on `tag`; the harness's share of the wall time."""
+    before = {r.run_id for r in loop_state(repo, tag).runs} if (repo / "results" / tag).exists() else set()
+    script = reads_file.with_suffix(".py")
+    script.write_text(COUNTER.format(project=str(Path(__file__).resolve().parents[1])))
+    env = {**env, "NIGHTSHIFT_BENCH_READS": str(reads_file)}
+    started = time.monotonic()
+    done = nightshift_script(repo, script, ["run", "--tag", tag, "--max-experiments", str(experiments)], env)
+    wall = time.monotonic() - started
+    if done.returncode != 0:
+        sys.exit(done.stdout[-3000:] + done.stderr[-3000:])
+    state = loop_state(repo, tag)
+    runs = [r for r in state.runs if r.run_id not in before]
+    inside = sum(r.duration_s or 0 for r in runs)
+    return {"wall": wall, "inside": inside, "runs": len(runs), "experiments": experiments,
+            "reads": json.loads(reads_file.read_text())["n"],
+            "median_run": statistics.median(r.duration_s or 0 for r in runs)}
+
+
+def nightshift_script(repo: Path, script: Path, args: list[str], env: dict[str, str]):
+    import subprocess
+
+    return subprocess.run([sys.executable, str(script), *args], cwd=repo, env=env,
+                          capture_output=True, text=True, timeout=3600)
+
+
+def case(repo: Path, tag: str, n: int, env: dict[str, str], tmp: Path) -> dict:
+    """Warm-up, then 1 experiment, then `n`: per-experiment harness time and start-up."""
+    night(repo, tag, 1, env, tmp / f"{tag}-warm.json")        # baseline runs, study, caches
+    one = night(repo, tag, 1, env, tmp / f"{tag}-1.json")
+    many = night(repo, tag, n, env, tmp / f"{tag}-n.json")
+    harness = ((many["wall"] - many["inside"]) - (one["wall"] - one["inside"])) / (n - 1)
+    return {"per_experiment": harness, "startup": (one["wall"] - one["inside"]) - harness,
+            "runs_per_experiment": many["runs"] / n, "per_run": harness * n / many["runs"],
+            "reads": many["reads"], "median_run": many["median_run"]}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--experiments", type=int, default=20)
+    parser.add_argument("--experiments", type=int, default=20, help="experiments measured per case")
+    parser.add_argument("--history", type=int, default=2000, help="synthetic experiments before")
     parser.add_argument("--sandbox", default="local")
     args = parser.parse_args()
+    load_before = Path("/proc/loadavg").read_text().split()[0]
     with tempfile.TemporaryDirectory() as tmp:
         program = PROGRAM.replace("sandbox: local", f"sandbox: {args.sandbox}")
         repo = make_repo(Path(tmp) / "user", {"noise.py": NOISE_SCRIPT, "program.md": program})
-        started = time.monotonic()
-        done = nightshift(repo, "run", "--tag", "bench", "--max-experiments",
-                          str(args.experiments), env=cli_env(Path(tmp) / "data"))
-        wall = time.monotonic() - started
-        if done.returncode != 0:
-            sys.exit(done.stdout + done.stderr)
-        state = fold(events(repo, "bench"))
-    durations = [r["duration_s"] for r in state.runs]
-    outside = wall - sum(durations)
-    n_exp, n_runs = len(state.experiments), len(state.runs)
-    print(f"sandbox {args.sandbox}: {n_exp} experiments, {n_runs} runs in {wall:.1f} s wall")
-    print(f"  sandboxed process time: {sum(durations):.1f} s "
-          f"(median {statistics.median(durations):.2f} s per run: python start-up + the script)")
-    print(f"  harness, outside the process: {outside:.1f} s = {outside / n_exp:.2f} s per experiment, "
-          f"{outside / n_runs:.2f} s per run (includes the CLI's start-up, once)")
+        env = cli_env(Path(tmp) / "data")
+        base = git_out(repo, "rev-parse", "HEAD")
+        made = time.monotonic()
+        synthetic_night(repo / "results" / "long", args.history, base=base, keeps=False,
+                        replays=False, noise=0.05)
+        size = (repo / "results" / "long" / "ledger.jsonl").stat().st_size
+        print(f"synthetic history: {args.history} experiments, {size / 1e6:.1f} MB of ledger "
+              f"({time.monotonic() - made:.0f} s to write)")
+        results = {"fresh tag": case(repo, "fresh", args.experiments, env, Path(tmp)),
+                   f"after {args.history}": case(repo, "long", args.experiments, env, Path(tmp))}
+    for name, r in results.items():
+        print(f"{name:>12}: harness {r['per_experiment']:.3f} s per experiment "
+              f"({r['runs_per_experiment']:.1f} runs each, {r['per_run']:.3f} s per run; sandboxed "
+              f"median {r['median_run']:.2f} s per run); start-up {r['startup']:.2f} s per "
+              f"invocation; ledger file reads per invocation: {r['reads']}")
+    fresh, later = (r["per_experiment"] for r in results.values())
+    print(f"per-experiment overhead after {args.history} / at the start: {later / fresh:.2f}x "
+          f"(sandbox {args.sandbox}; load average {load_before} before, "
+          f"{Path('/proc/loadavg').read_text().split()[0]} after)")
 
 
 if __name__ == "__main__":

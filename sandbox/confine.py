@@ -5,11 +5,14 @@ imports) inside fresh PID + mount (+ network) namespaces made by `unshare`:
 
     python confine.py [--cgroup-procs FILE]... [--rlimit NAME=N]... [--writable DIR]...
                       [--read-only-root] [--overlay DIR UPPER WORK] [--bind-ro SRC DEST]...
-                      [--chdir DIR] [--setpriv PATH] -- CMD...
+                      [--chdir DIR] [--setpriv PATH] [--cpus 0,1] [--pdeathsig] -- CMD...
 
-It first joins the run's cgroups (so all it starts is counted and limited), then confines
+It first joins the run's cgroups (so all it starts is counted and limited), pins itself to
+the `--cpus` cores (a worker's share, inherited by everything it starts), then confines
 the filesystem, then forks the command with the rlimits (RLIMIT_<NAME>, soft = hard = N)
-set in the child only, in its own process group.
+set in the child only, in its own process group. With `--pdeathsig`, it and the command
+get SIGKILL when their parent dies, so a killed harness leaves nothing running even where
+no PID namespace is available.
 
 With `--read-only-root`, every mount is remounted read-only except the `--writable`
 folders (bind-mounted onto themselves first) and a fresh private tmpfs on /dev/shm, so
@@ -39,6 +42,7 @@ import sys
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+PR_SET_PDEATHSIG = 1
 _PROC_KNOBS = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus")
 _FLAG_OPTIONS = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC}
 
@@ -99,6 +103,15 @@ def make_read_only(writable: list[str], overlay: tuple[str, str, str] | None = N
     _mount(libc, "tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
 
 
+def _die_with_parent(parent: int) -> None:
+    """SIGKILL this process when its parent dies (PR_SET_PDEATHSIG), and die now if the
+    parent is already gone (it may have died before the call)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:
+        os._exit(137)
+
+
 def main(argv: list[str]) -> int:
     writable: list[str] = []
     cgroup_procs: list[str] = []
@@ -108,6 +121,8 @@ def main(argv: list[str]) -> int:
     overlay: tuple[str, str, str] | None = None
     binds: list[tuple[str, str]] = []
     chdir = ""
+    cpus: set[int] = set()
+    pdeathsig = False
     while argv and argv[0] != "--":
         flag = argv.pop(0)
         if flag == "--cgroup-procs":
@@ -127,9 +142,18 @@ def main(argv: list[str]) -> int:
             binds.append((argv.pop(0), argv.pop(0)))
         elif flag == "--chdir":
             chdir = argv.pop(0)
+        elif flag == "--cpus":
+            cpus = {int(c) for c in argv.pop(0).split(",")}
+        elif flag == "--pdeathsig":
+            pdeathsig = True
         else:
             raise SystemExit(f"confine.py: unknown flag {flag!r}")
     command = argv[1:]
+    parent = os.getppid()
+    if pdeathsig:
+        _die_with_parent(parent)
+    if cpus:
+        os.sched_setaffinity(0, cpus)
     for procs in cgroup_procs:
         with open(procs, "w") as fh:
             fh.write(str(os.getpid()))
@@ -160,6 +184,8 @@ def main(argv: list[str]) -> int:
     child = os.fork()
     if child == 0:
         os.setpgid(0, 0)
+        if pdeathsig:
+            _die_with_parent(os.getppid())
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL)
         try:

@@ -129,7 +129,8 @@ class DockerRunner(Runner):
 
     # -- one run -------------------------------------------------------------------------
 
-    def run(self, spec: RunSpec, on_output: OnOutput | None = None) -> RunResult:
+    def run(self, spec: RunSpec, on_output: OnOutput | None = None,
+            stop: threading.Event | None = None) -> RunResult:
         client = self.client()
         image = self.image_info()
         if not self._swept:
@@ -167,7 +168,7 @@ class DockerRunner(Runner):
             reader.start()
             _start(container)
             t0 = time.monotonic()
-            timed_out, peak, interrupted = self._wait(client, container, spec.deadline_s, t0)
+            timed_out, peak, interrupted = self._wait(client, container, spec.deadline_s, t0, stop)
             duration = time.monotonic() - t0
             reader.join(1.0 if interrupted else LOG_DRAIN_S)
             container.reload()
@@ -186,9 +187,10 @@ class DockerRunner(Runner):
         exit_code = state.get("ExitCode")
         status, metric, metrics, reason = classify(
             exit_code=exit_code, timed_out=timed_out, oom_killed=bool(state.get("OOMKilled")),
-            interrupted=interrupted is not None, out_dir=spec.out_dir, log_tail=tail, metric=spec.metric,
-            metric_pattern=spec.metric_pattern, metrics_pattern=spec.metrics_pattern,
-            result_file=spec.result_file, log_text=log.tail(None))
+            interrupted=interrupted is not None or bool(stop and stop.is_set()), out_dir=spec.out_dir,
+            log_tail=tail, metric=spec.metric, metric_pattern=spec.metric_pattern,
+            metrics_pattern=spec.metrics_pattern, result_file=spec.result_file,
+            log_text=log.tail(None))
         result = RunResult(
             status=status, exit_code=exit_code, metric=metric, metrics=metrics,
             duration_s=round(duration, 3), peak_memory_mb=peak, log_path=log.path, log_tail=tail,
@@ -206,20 +208,26 @@ class DockerRunner(Runner):
                 "workdir": "copy" if work else "read-only",
                 "python": python or "the image's python (first on its PATH)",
             }, written=written, work_dir=work)
-        if interrupted is not None:   # as LocalRunner: the loop records the attached result
+        if isinstance(interrupted, KeyboardInterrupt):   # as LocalRunner: the loop records it
             interrupted.run_result = result  # type: ignore[attr-defined]
             raise interrupted
         return result
 
-    def _wait(self, client: Any, container: Any, deadline_s: float, t0: float
+    def _wait(self, client: Any, container: Any, deadline_s: float, t0: float,
+              stop: threading.Event | None = None
               ) -> tuple[bool, float | None, KeyboardInterrupt | None]:
-        """Block until the container exits, the deadline passes or the harness is interrupted
-        (then SIGKILL it). Returns (timed_out, peak memory in MB or None, the interrupt)."""
+        """Block until the container exits, the deadline passes, `stop` is set or the harness
+        is interrupted (then SIGKILL it). Returns (timed_out, peak memory in MB or None, the
+        interrupt)."""
         peak_bytes = 0
         try:
             while True:
                 peak_bytes = max(peak_bytes, _memory_peak(client, container.id))
                 remaining = deadline_s - (time.monotonic() - t0)
+                if stop is not None and stop.is_set():
+                    _kill(container)
+                    _wait_exit(container, self.kill_wait_s)
+                    return False, _mb(peak_bytes), None
                 if remaining <= 0:
                     _kill(container)
                     _wait_exit(container, self.kill_wait_s)
@@ -301,6 +309,8 @@ class DockerRunner(Runner):
             config["pids_limit"] = limits.pids
         if limits.cpus is not None:
             config["nano_cpus"] = int(limits.cpus * 1e9)
+        if limits.cpuset:
+            config["cpuset_cpus"] = ",".join(str(c) for c in limits.cpuset)
         if limits.open_files is not None:
             config["ulimits"] = [Ulimit(name="nofile", soft=limits.open_files, hard=limits.open_files)]
         if limits.gpu is not None:

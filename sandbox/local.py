@@ -35,6 +35,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -75,7 +76,8 @@ class LocalRunner(Runner):
     def describe(self) -> dict[str, Any]:
         return {"backend": self.name, **self.isolation.facts()}
 
-    def run(self, spec: RunSpec, on_output: OnOutput | None = None) -> RunResult:
+    def run(self, spec: RunSpec, on_output: OnOutput | None = None,
+            stop: threading.Event | None = None) -> RunResult:
         if not spec.snapshot_dir.is_dir():
             raise ValueError(f"snapshot_dir {spec.snapshot_dir} is not a folder (harness bug)")
         iso = self.isolation
@@ -109,7 +111,7 @@ class LocalRunner(Runner):
         watch = _Watch(proc, log, run_id, cgroup, self.kill_grace_s)
         interrupted: BaseException | None = None
         try:
-            watch.follow(spec.deadline_s)
+            watch.follow(spec.deadline_s, stop)
         except KeyboardInterrupt as exc:
             interrupted = exc
         finally:
@@ -129,7 +131,7 @@ class LocalRunner(Runner):
         tail = log.tail(40)
         status, value, metrics, reason = classify(
             exit_code=watch.exit_code, timed_out=watch.timed_out, oom_killed=oom,
-            interrupted=interrupted is not None, out_dir=spec.out_dir, log_tail=tail,
+            interrupted=interrupted is not None or watch.stopped, out_dir=spec.out_dir, log_tail=tail,
             metric=spec.metric, metric_pattern=spec.metric_pattern,
             metrics_pattern=spec.metrics_pattern, result_file=spec.result_file, log_text=log.tail(None))
         result = RunResult(
@@ -199,6 +201,12 @@ class LocalRunner(Runner):
             confine += ["--chdir", str(where)]
         if argv and iso.setpriv:
             confine += ["--setpriv", iso.setpriv]
+            # The run dies with the harness: SIGKILL to unshare when its parent dies, and
+            # --kill-child passes it to the namespace's init, which takes the namespace down.
+            argv = [iso.setpriv, "--pdeathsig", "KILL", "--", *argv]
+        if limits.cpuset:
+            confine += ["--cpus", ",".join(str(c) for c in limits.cpuset)]
+        confine.append("--pdeathsig")   # without namespaces, confine and the command die with us
         return argv + confine + ["--", "/bin/sh", "-c", spec.shell_command(python=spec.python)]
 
 
@@ -250,9 +258,10 @@ class _Watch:
         self.peak_rss_mb: float | None = None
         self.ended: float | None = None
         self.timed_out = False
+        self.stopped = False             # killed because the harness asked (`stop` was set)
         self.strays = 0
 
-    def follow(self, deadline_s: float) -> None:
+    def follow(self, deadline_s: float, stop: threading.Event | None = None) -> None:
         start = time.monotonic()
         kill_at = None
         while self.exit_code is None or not self.eof:
@@ -261,6 +270,10 @@ class _Watch:
                 self.timed_out = True
                 self._signal_all(signal.SIGTERM)
                 kill_at = now + self.kill_grace_s
+            if stop is not None and stop.is_set() and not self.stopped and self.exit_code is None:
+                self.stopped = True          # not wanted any more: no grace, the result is void
+                self._signal_all(signal.SIGKILL)
+                kill_at = now + 1.0
             if kill_at is not None and now >= kill_at:
                 self._signal_all(signal.SIGKILL)
                 kill_at = now + 1.0   # again each second: a fork bomb may still be spawning

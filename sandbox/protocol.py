@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 import re
 import shlex
+import threading
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -68,6 +69,7 @@ class Limits:
     cpus: float | None = None
     open_files: int | None = 4096
     gpu: int | None = None          # device index chosen by the harness; None = CPU only
+    cpuset: tuple[int, ...] | None = None   # the cores the run may use (a worker's share); None = all
     network: bool = False           # the run gets no network unless explicitly allowed
 
 
@@ -190,13 +192,21 @@ class Runner(ABC):
       the writes land in a private layer (`RunResult.work_dir`), never in the snapshot,
       and `spec.mounts` appear read-only inside it;
     - nothing is left behind (processes, containers) when `run` returns, including when
-      it is interrupted by KeyboardInterrupt, which it re-raises after cleaning up.
+      it is interrupted by KeyboardInterrupt, which it re-raises after cleaning up;
+    - when `stop` is set (from another thread: the harness is stopping, or the run is no
+      longer wanted) the run is killed within about a second and `run` returns its
+      INTERRUPTED result instead of raising;
+    - nothing outlives the harness: if the harness process is killed, the run's whole tree
+      dies with it (local: a parent-death signal through the namespace; Docker: the
+      container's own deadline and the leftover sweep).
+    Runners hold no global state: several `run` calls may proceed side by side in threads.
     """
 
     name: str = "abstract"
 
     @abstractmethod
-    def run(self, spec: RunSpec, on_output: OnOutput | None = None) -> RunResult:
+    def run(self, spec: RunSpec, on_output: OnOutput | None = None,
+            stop: threading.Event | None = None) -> RunResult:
         ...
 
     def describe(self) -> dict[str, Any]:

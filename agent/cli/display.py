@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import statistics
+import threading
 import time
 from pathlib import Path
 
@@ -15,55 +16,67 @@ from agent.decide.decision import pooled_sd
 from agent.record.events import DecisionMade, Role, RunFinished, Verdict
 from agent.record.ledger import read_events
 from agent.record.state import LoopState, fold
+from cluster.protocol import Slot
 
 _LOSS = re.compile(r"\bloss[:= ]\s*([0-9.]+(?:e[-+]?\d+)?|nan|inf)", re.IGNORECASE)
-_VERDICT_COLOUR = {Verdict.KEEP: "bold green", Verdict.DISCARD: "yellow", Verdict.INCONCLUSIVE: "cyan"}
+_VERDICT_COLOUR = {Verdict.KEEP: "bold green", Verdict.DISCARD: "yellow", Verdict.INCONCLUSIVE: "cyan",
+                  Verdict.SUPERSEDED: "magenta"}
 
 
 class RichObserver:
-    """Implements agent.night.loop.Observer with rich: messages, a budget bar with the last loss."""
+    """Implements agent.night.loop.Observer with rich: messages, and a live bar per run in
+    flight (its worker, seed and role, the last loss it printed, the time left)."""
 
     def __init__(self, console: Console | None = None, metric: str = "val_bpb") -> None:
         self.console = console or Console(highlight=False)
         self.metric = metric
         self._progress: Progress | None = None
-        self._task = None
-        self._started = 0.0
-        self._budget = 0.0
+        self._tasks: dict[str, tuple[int, float, float]] = {}   # run_id -> (task, start, budget)
+        self._lock = threading.Lock()    # output() comes from the workers' threads
 
     def message(self, text: str) -> None:
         self.console.print(f"[dim]{time.strftime('%H:%M:%S')}[/dim] {text}")
 
-    def run_started(self, commit: str, seed: int, role: Role, experiment: str | None,
-                    budget_s: float, label: str) -> None:
-        self._started, self._budget = time.monotonic(), budget_s
+    def run_started(self, run_id: str, slot: Slot, commit: str, seed: int, role: Role,
+                    experiment: str | None, budget_s: float, label: str) -> None:
         if not self.console.is_terminal:
             return   # a live bar in a log file is only noise; the finished line says it all
-        title = f"{experiment or 'incumbent'} seed {seed} {role}: {label[:60]}"
-        self._progress = Progress(
-            TextColumn("  {task.description}"), BarColumn(bar_width=24),
-            TextColumn("{task.fields[loss]}"), TimeRemainingColumn(),
-            console=self.console, transient=True)
-        self._task = self._progress.add_task(title, total=budget_s, loss="")
-        self._progress.start()
+        with self._lock:
+            if self._progress is None:
+                self._progress = Progress(
+                    TextColumn("  {task.description}"), BarColumn(bar_width=20),
+                    TextColumn("{task.fields[loss]}"), TimeRemainingColumn(),
+                    console=self.console, transient=True)
+                self._progress.start()
+            title = f"w{slot.index} {experiment or 'incumbent'} seed {seed} {role}: {label[:50]}"
+            task = self._progress.add_task(title, total=budget_s, loss="")
+            self._tasks[run_id] = (task, time.monotonic(), budget_s)
 
-    def output(self, line: str) -> None:
-        if self._progress is None:
-            return
-        match = _LOSS.search(line)
-        fields = {"loss": f"loss {match.group(1)}"} if match else {}
-        elapsed = min(time.monotonic() - self._started, self._budget)
-        self._progress.update(self._task, completed=elapsed, **fields)
+    def output(self, run_id: str, line: str) -> None:
+        with self._lock:
+            if self._progress is None or run_id not in self._tasks:
+                return
+            task, started, budget = self._tasks[run_id]
+            match = _LOSS.search(line)
+            fields = {"loss": f"loss {match.group(1)}"} if match else {}
+            self._progress.update(task, completed=min(time.monotonic() - started, budget), **fields)
 
     def run_finished(self, run: RunFinished) -> None:
-        if self._progress is not None:
-            self._progress.stop()
-            self._progress = None
+        with self._lock:
+            entry = self._tasks.pop(run.run_id, None)
+            if entry is not None and self._progress is not None:
+                self._progress.remove_task(entry[0])
+                if not self._tasks:
+                    self._progress.stop()
+                    self._progress = None
         shown = f"{self.metric} {run.metric:.4f}" if run.metric is not None else run.reason
         colour = "green" if run.ok else "red"
+        who = f"w{run.worker} " if run.worker is not None else ""
+        where = f" on {run.node}" if run.node else ""
         over = f" [yellow]past its budget by {run.over_budget_s:g}s[/yellow]" if run.over_budget_s else ""
-        self.console.print(f"  seed {run.seed} {run.role.value:<9} [{colour}]{run.status.value}[/{colour}] "
-                           f"{shown} ({run.duration_s or 0:.0f}s){over}", soft_wrap=not run.ok)
+        self.console.print(f"  {who}{run.experiment or 'incumbent'} seed {run.seed} "
+                           f"{run.role.value:<9} [{colour}]{run.status.value}[/{colour}] "
+                           f"{shown} ({run.duration_s or 0:.0f}s{where}){over}", soft_wrap=not run.ok)
 
     def decided(self, event: DecisionMade) -> None:
         colour = _VERDICT_COLOUR.get(event.verdict, "red")

@@ -7,10 +7,11 @@ from typing import Any, Optional
 import typer
 
 from agent.cli.common import ProgramOpt, console, err, existing_loop, fail, load
+from agent.program import Program
 from agent.record.events import ExitCode, ReplayCommit, ReplayRun, ReplaySummary
 
 
-def _tag_dir(program: Any, tag: Optional[str]) -> tuple[str, Path]:
+def _tag_dir(program: Program, tag: Optional[str]) -> tuple[str, Path]:
     from agent.night.session import default_tag
 
     tag = tag or default_tag()

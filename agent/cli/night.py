@@ -34,6 +34,17 @@ def run(
     max_tokens: Optional[int] = typer.Option(None, "--max-tokens", min=1,
                                              help="Stop cleanly once the LLM researcher has used this "
                                                   "many tokens (counted across resumes)."),
+    workers: Optional[str] = typer.Option(None, help="Runs in flight at once: a number, or auto "
+                                          "(one per visible GPU, else 1). Each worker gets its own "
+                                          "GPU, or its share of the CPU cores."),
+    overlap: Optional[bool] = typer.Option(None, "--overlap/--no-overlap",
+                                           help="Let the researcher prepare the next proposal while "
+                                                "runs train (default: on)."),
+    cluster: Optional[str] = typer.Option(None, help="Where runs execute: local (this machine) or "
+                                          "ray (a Ray cluster at $RAY_ADDRESS or --cluster-address; "
+                                          "pip install -e '.[ray]')."),
+    cluster_address: Optional[str] = typer.Option(None, "--cluster-address",
+                                                  help="The Ray cluster's address, e.g. 10.0.0.5:6379."),
     program: Path = ProgramOpt,
 ) -> None:
     """Run the research loop (resumes the tag if it exists)."""
@@ -44,7 +55,9 @@ def run(
     from sandbox import SandboxUnavailable
 
     prog = load(program, {"budget": budget, "researcher": researcher, "sandbox": sandbox,
-                          "claude.max_usd": max_usd, "claude.max_tokens_total": max_tokens})
+                          "claude.max_usd": max_usd, "claude.max_tokens_total": max_tokens,
+                          "workers": workers, "overlap": overlap, "cluster": cluster,
+                          "cluster_address": cluster_address})
     tag = tag or default_tag()
     observer = RichObserver(console, metric=prog.metric)
     try:

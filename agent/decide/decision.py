@@ -29,6 +29,9 @@ class Evidence:
     noise_sd: float | None = None         # pooled seed-to-seed sd from earlier commits
     noise_dof: int = 0                    # degrees of freedom behind noise_sd
     history: tuple[Decision, ...] = ()    # the night's earlier tests, oldest first
+    looks: tuple[int, ...] | None = None  # seed counts of this candidate's earlier looks
+                                          # (None: not recorded, a serial night looked at each)
+    batch: int = 1                        # how many seeds the next look may add (free workers)
 
     def improvement(self, candidate_value: float, reference_value: float) -> float:
         """Signed improvement, positive = better, in metric units."""
@@ -44,6 +47,7 @@ class RunMore:
     candidate_seeds: tuple[int, ...] = ()
     reference_seeds: tuple[int, ...] = ()
     reason: str = ""
+    look: int | None = None       # the candidate seed count the rule looked at, if it looked
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,11 @@ class DecisionRule(ABC):
     seeds already present in the evidence) or a final `Decision`. It must terminate: after
     finitely many RunMore answers it decides. `baseline_seeds()` are the seeds the loop
     measures each new incumbent on (its fresh reference).
+
+    With several workers the loop runs all the seeds of one RunMore before asking again (a
+    batch; `evidence.batch` says how many the rule may ask for at once), and records every
+    look the rule took (`RunMore.look`), which comes back as `evidence.looks`: a rule that
+    spends error over looks must compute its boundaries for the looks actually taken.
     """
 
     name: str = "abstract"

@@ -45,15 +45,20 @@ _LEVEL_GRID = (1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0)
 
 @functools.lru_cache(maxsize=1024)
 def efficacy_boundaries(alpha: float, info: tuple[float, ...], futility: tuple[float, ...],
-                        first_efficacy: int, spend_power: float) -> tuple[float, ...]:
+                        first_efficacy: int, spend_power: float,
+                        info_max: float | None = None) -> tuple[float, ...]:
     """z-boundaries e_k so that P_H0(cross e_k at some look) <= alpha.
 
     Canonical joint distribution of the looks (Z_k with corr sqrt(I_j/I_k)), binding futility
     boundaries `futility[k]` (stop when Z_k <= f_k), error spent by `alpha·t^spend_power`
-    (t = information fraction) from look `first_efficacy` on, and never below the fixed-sample
-    boundary z_(1-alpha) (unspent error is then left unspent). Computed by recursive numerical
-    integration (Armitage, McPherson & Rowe 1969) on a Simpson grid. Pure; cached.
+    (t = I_k / info_max, the information fraction; info_max defaults to the last look's) from
+    look `first_efficacy` on, and never below the fixed-sample boundary z_(1-alpha) (unspent
+    error is then left unspent). Boundary k depends only on looks 0..k and info_max, so the
+    boundaries of the looks taken so far can be computed before later looks are known: the
+    Lan-DeMets property that lets batches of seeds land at any counts. Computed by recursive
+    numerical integration (Armitage, McPherson & Rowe 1969) on a Simpson grid. Pure; cached.
     """
+    total = info_max or info[-1]
     spent, bounds = 0.0, []
     grid = weights = None
     floor = float(stats.norm.isf(alpha))
@@ -68,7 +73,7 @@ def efficacy_boundaries(alpha: float, info: tuple[float, ...], futility: tuple[f
 
             def cross(u: float, r=r, s=s, grid=grid, weights=weights) -> float:
                 return float(np.dot(weights, stats.norm.sf((u - grid * r) / s)))
-        target = alpha * (ik / info[-1]) ** spend_power - spent if k >= first_efficacy else 0.0
+        target = alpha * (ik / total) ** spend_power - spent if k >= first_efficacy else 0.0
         if target <= 1e-12:
             upper = _NO_BOUND
         elif cross(lo) <= target:
@@ -201,19 +206,29 @@ class SequentialRule(DecisionRule):
         return tuple(range(start, start + self.max_seeds))
 
     def looks(self) -> tuple[int, ...]:
+        """The looks of a serial night: one per seed, from the screen to the maximum."""
         return tuple(range(self.screen, self.max_seeds + 1))
 
-    def boundaries(self, level: float) -> tuple[float, ...]:
-        looks = self.looks()
+    def looks_taken(self, earlier: tuple[int, ...] | None, n: int) -> tuple[int, ...]:
+        """The candidate seed counts of this candidate's looks, ending with the one at `n`.
+        Without a record of them (a ledger of a serial night, before looks were recorded)
+        the rule looked at every count from the screen on."""
+        if earlier is None:
+            return tuple(range(self.screen, n + 1))
+        return (*sorted({m for m in earlier if m < n}), n)
+
+    def boundaries(self, level: float, looks: tuple[int, ...] | None = None) -> tuple[float, ...]:
+        """The efficacy boundaries of `looks` (default: a serial night's, every seed count)."""
+        looks = looks or self.looks()
         futility = tuple(self.futility[0] if k == 0 else self.futility[1]
                          for k in range(len(looks)))
-        first = next(k for k, n in enumerate(looks) if n >= self.min_keep_seeds)
+        first = next((k for k, n in enumerate(looks) if n >= self.min_keep_seeds), len(looks))
         # Round the level down (never up) to a coarse grid so that LORD++'s ever-changing
         # levels reuse a few cached designs.
         decade = 10 ** math.floor(math.log10(level))
         rounded = decade * max(g for g in _LEVEL_GRID if g <= level / decade + 1e-9)
         return efficacy_boundaries(rounded, tuple(float(n) for n in looks), futility,
-                                   first, self.spend_power)
+                                   first, self.spend_power, float(self.max_seeds))
 
     # ---- the decision ----------------------------------------------------------------
     def next(self, evidence: Evidence) -> RunMore | Decision:
@@ -256,11 +271,12 @@ class SequentialRule(DecisionRule):
         ref_level, cand_level, diff, sd_diff = gls_difference(candidate, reference, share)
         effect = diff if evidence.direction == "minimize" else -diff
         dof = min(noise.dof, noise.pair_dof) if share > 0 else noise.dof
-        k = len(seeds) - self.screen
-        bounds = self.boundaries(night.level)
+        looks = self.looks_taken(evidence.looks, len(seeds))
+        k = len(looks) - 1
+        bounds = self.boundaries(night.level, looks)
         futility = self.futility[0] if k == 0 else self.futility[1]
         details: dict[str, Any] = {
-            "look": k + 1, "looks": len(bounds), "level": night.level, "reign": night.keeps,
+            "look": k + 1, "looks_at": list(looks), "level": night.level, "reign": night.keeps,
             "noise_sd": noise.sd, "noise_dof": noise.dof, "pair_sd": noise.pair_sd,
             "pair_dof": noise.pair_dof, "seed_share": share, "incumbent_runs": len(reference),
             "incumbent_estimate": ref_level, "candidate_estimate": cand_level,
@@ -283,7 +299,7 @@ class SequentialRule(DecisionRule):
         details.update(nominal_keep_p=keep_p, nominal_stop_p=stop_p, t_stat=t_stat, dof=dof,
                        se=se)
         args = (effect, (effect - half, effect + half), p_value, candidate, reference)
-        where = f"look {k + 1} of {len(bounds)} ({len(seeds)} seeds)"
+        where = f"look {k + 1} ({len(seeds)} of up to {self.max_seeds} seeds)"
         if p_value <= keep_p:
             if effect >= self.min_effect:
                 return self._decide(Verdict.KEEP, *args, f"p={p_value:.2g} <= {keep_p:.2g} at "
@@ -296,15 +312,18 @@ class SequentialRule(DecisionRule):
         if last:
             return self._decide(Verdict.INCONCLUSIVE, *args, f"p={p_value:.2g} at {where}: "
                                 f"not below {keep_p:.2g}", details)
-        return self._more(evidence, night, reference, f"promising: p={p_value:.2g} at {where}")
+        return self._more(evidence, night, reference, f"promising: p={p_value:.2g} at {where}",
+                          look=len(seeds))
 
     def _more(self, evidence: Evidence, night: _Night, reference: dict[int, float],
-              reason: str) -> RunMore:
-        """The next planned candidate seed, with the incumbent on it if the policy pairs it."""
-        seed = next(s for s in self.seed_plan(night) if s not in evidence.candidate)
-        return RunMore(candidate_seeds=(seed,),
-                       reference_seeds=self._pair((seed,), reference, evidence, night),
-                       reason=reason)
+              reason: str, look: int | None = None) -> RunMore:
+        """The next planned candidate seeds (a batch of up to `evidence.batch`), with the
+        incumbent on them where the policy pairs it."""
+        seeds = tuple(s for s in self.seed_plan(night) if s not in evidence.candidate)
+        seeds = seeds[:max(1, evidence.batch)]
+        return RunMore(candidate_seeds=seeds,
+                       reference_seeds=self._pair(seeds, reference, evidence, night),
+                       reason=reason, look=look)
 
     def _decide(self, verdict: Verdict, effect: float, interval: tuple[float, float] | None,
                 p_value: float | None, candidate: dict[int, float],

@@ -1,35 +1,59 @@
-"""The research loop: propose → gate → commit → run → decide → keep or revert → record.
+"""The research loop: propose → gate → commit → run → decide → keep or revert → record,
+with every worker busy.
 
-Everything the loop knows lives in the ledger: the loop reads `self.ledger.state`, which the
-ledger keeps folded as events are appended (the file is read once, at start). A loop killed
-at any point resumes where it stopped: a pending experiment continues with the seeds it still
-needs; an incumbent missing reference runs gets them first.
+A scheduler on the main thread keeps up to one run per worker in flight (`cluster.Workers`)
+and fills a free worker with the most useful next run: first the seeds the keep rule asked
+for on pending candidates (a whole batch at once, paired incumbent runs beside them), then
+the incumbent's fresh reference seeds, then the screen of a new candidate. The researcher
+prepares the next proposal in a thread of its own while runs train (`overlap`). The rule is
+consulted when a candidate's batch has landed, never per seed, and the looks it took are
+recorded, so its error spending stays valid for them.
+
+Several candidates may be in flight against the same incumbent. When one is kept, the others
+were measured against an incumbent that is gone: each is recorded `superseded` (never kept on
+that evidence), and its diff is re-applied onto the new incumbent as a new candidate when it
+merges cleanly. A proposal made while the incumbent changed is rebased the same way, or asked
+again when it conflicts; the ledger records which (`proposal_rebased`).
+
+Everything the loop knows lives in the ledger (`self.ledger.state`, kept as events are
+appended). A loop killed at any point resumes where it stopped: pending candidates continue
+with the seeds they still need, git is brought in line with the ledger first (reconcile).
 """
 from __future__ import annotations
 
+import dataclasses
 import difflib
+import queue
+import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
-from agent.decide.decision import DecisionRule, Evidence, pooled_sd
+from agent.decide.decision import DecisionRule, Evidence, RunMore, pooled_sd
 from agent.decide.scoring import score_prediction
+from agent.night.checks import baseline_verdict
+from agent.night.proposals import ProposalThread, Ready
+from agent.night.reconcile import reconcile
+from agent.night.runs import RunExecutor
 from agent.program import Program
 from agent.record.events import (Decision, DecisionMade, ExitCode, ExperimentInvalid,
-                                 ExperimentProposed, LoopResumed, LoopStarted, LoopStopped,
-                                 Prediction, Role, RunFinished, Verdict)
+                                 ExperimentProposed, LookTaken, LoopResumed, LoopStarted,
+                                 LoopStopped, Prediction, ProposalRebased, Role, RunFinished,
+                                 Usage, Verdict)
 from agent.record.ledger import Ledger
 from agent.record.state import Experiment, LoopState
 from agent.record.summary import ledger_summary
 from agent.record.views import write_tsv
-from agent.researchers import (Outcome, Proposal, ProposalRejected, ResearchContext, Researcher,
-                               ResearcherError)
-from agent.night.checks import baseline_verdict
-from agent.night.runs import RunExecutor
+from agent.researchers import Outcome, Proposal, ResearchContext, Researcher, ResearcherError
 from agent.workspace.gate import check_source
-from agent.workspace.repo import Workspace, candidate_message
+from agent.workspace.merge import three_way_merge
+from agent.workspace.repo import Workspace, WorkspaceError, candidate_message
+from cluster.protocol import Job, OnDone, Outcome as RunOutcome, Slot, Workers
 
 MAX_REFERENCE_RETRIES = 2
+MAX_ASKS = 3           # a proposal that keeps conflicting with a moving incumbent is given up
+WAIT_S = 0.5           # longest sleep between looks at the workers and the researcher
+ABORT_WAIT_S = 30.0    # how long a stopping loop waits for cancelled runs to report
 
 
 class LoopError(RuntimeError):
@@ -40,18 +64,18 @@ class Observer(Protocol):
     """What the loop tells a display. Every method is optional to act on."""
 
     def message(self, text: str) -> None: ...
-    def run_started(self, commit: str, seed: int, role: Role, experiment: str | None,
-                    budget_s: float, label: str) -> None: ...
-    def output(self, line: str) -> None: ...
+    def run_started(self, run_id: str, slot: Slot, commit: str, seed: int, role: Role,
+                    experiment: str | None, budget_s: float, label: str) -> None: ...
+    def output(self, run_id: str, line: str) -> None: ...
     def run_finished(self, run: RunFinished) -> None: ...
     def decided(self, event: DecisionMade) -> None: ...
 
 
 class QuietObserver:
     def message(self, text: str) -> None: pass
-    def run_started(self, commit: str, seed: int, role: Role, experiment: str | None,
-                    budget_s: float, label: str) -> None: pass
-    def output(self, line: str) -> None: pass
+    def run_started(self, run_id: str, slot: Slot, commit: str, seed: int, role: Role,
+                    experiment: str | None, budget_s: float, label: str) -> None: pass
+    def output(self, run_id: str, line: str) -> None: pass
     def run_finished(self, run: RunFinished) -> None: pass
     def decided(self, event: DecisionMade) -> None: pass
 
@@ -73,6 +97,15 @@ class StopRules:
         return None
 
 
+@dataclass(frozen=True)
+class RunRequest:
+    commit: str
+    seed: int
+    role: Role
+    experiment: str | None
+    label: str
+
+
 @dataclass
 class ResearchLoop:
     tag: str
@@ -82,8 +115,10 @@ class ResearchLoop:
     executor: RunExecutor
     researcher: Researcher
     rule: DecisionRule
+    make_workers: Callable[[OnDone], Workers]
     observer: Observer = field(default_factory=QuietObserver)
     facts: dict[str, Any] = field(default_factory=dict)   # recorded with loop_started/resumed
+    overlap: bool = True          # the researcher prepares proposals while runs train
 
     @property
     def state(self) -> LoopState:
@@ -94,158 +129,347 @@ class ResearchLoop:
 
     def run(self, stop: StopRules) -> str:
         """Run until a stop rule holds. Returns the reason it stopped. Ctrl-C propagates
-        after the ledger is closed cleanly."""
-        self._start()
-        decided_here = 0
+        after every run in flight was stopped and recorded and the ledger is closed."""
+        self._events: queue.Queue = queue.Queue()
+        self._wake = threading.Event()          # set whenever an event is queued
+        self._stop_rules = stop
+        self._running: dict[str, tuple[Job, RunRequest, Slot]] = {}
+        self._asked: dict[str, RunMore] = {}
+        self._ready: list[Ready] = []
+        self._failures: dict[tuple[str, int], int] = {}
+        self._unused: set[str] = set()          # snapshots to drop once their runs are done
+        self._researcher_error: ResearcherError | None = None
+        self._decided_here = 0
+        self._baseline_checked = False          # the first baseline's verdict was given
+        self.workers = self.make_workers(lambda outcome: self._queue("run", outcome))
+        self.proposals = ProposalThread(self.researcher, lambda ready: self._queue("proposal", ready))
         try:
-            while True:
-                reason = stop.reached(decided_here)
-                if reason:
-                    break
-                self._ensure_reference(stop)
-                if not self.state.experiments:   # the first baseline: check what it assumes
-                    self._check_baseline()
-                self.ledger.refresh()   # hypotheses queued meanwhile by `nightshift seed`
-                experiment = self.state.pending or self._propose()
-                if experiment is not None and not experiment.decided:
-                    if not self._evaluate(experiment, stop):
-                        reason = stop.reached(decided_here) or "time is up"
-                        break
-                decided_here += 1
+            self._start()
+            reason = self._night(stop)
         except KeyboardInterrupt:
+            self._abort()
             self._stop("interrupted", ExitCode.INTERRUPTED)
             raise
-        except (ResearcherError, LoopError) as error:
-            self._stop(f"{type(error).__name__}: {error}",
-                       ExitCode.RESEARCHER if isinstance(error, ResearcherError) else ExitCode.LOOP)
+        except ResearcherError as error:
+            self._stop(f"ResearcherError: {error}", ExitCode.RESEARCHER)
             raise
+        except (LoopError, WorkspaceError, OSError) as error:
+            self._abort()
+            self._stop(f"{type(error).__name__}: {error}", ExitCode.LOOP)
+            raise error if isinstance(error, LoopError) else LoopError(str(error)) from error
+        finally:
+            self.proposals.stop()
+            self.workers.close()
         self._stop(reason, ExitCode.OK)
         return reason
+
+    def _night(self, stop: StopRules) -> str:
+        while True:
+            self._handle_events()
+            self._advance()
+            reason = stop.reached(self._decided_here)
+            if self._researcher_error and not self.state.pending_experiments() and not self._ready:
+                reason = reason or "researcher"
+            if reason:
+                # Honest numbers: a new incumbent is measured on its fresh seeds before the
+                # night ends (not for Ctrl-C); nothing else new starts.
+                self._fill(reference_only=True)
+                if not self._running:
+                    if reason == "researcher":
+                        raise self._researcher_error
+                    return reason
+            else:
+                self._fill(reference_only=stop.time_is_up())
+                if not stop.time_is_up():
+                    self._ask_researcher(stop)
+            self._wait()
+
+    def _start(self) -> None:
+        facts = {**self.facts, "records_looks": True, **self.workers.describe(),
+                 "overlap": self.overlap}
+        if not self.state.started:
+            self.ledger.append(LoopStarted(tag=self.tag, base_commit=self.workspace.head(),
+                                           program=self.program.to_dict(), **_known(LoopStarted, facts)))
+            self.observer.message(f"started tag {self.tag} at {self.workspace.head()[:8]}")
+        else:
+            self.ledger.append(LoopResumed(tag=self.tag, **_known(LoopResumed, facts)))
+            pending = len(self.state.pending_experiments())
+            self.observer.message(f"resuming tag {self.tag}: {len(self.state.experiments)} "
+                                  f"experiments so far ({pending} pending), incumbent "
+                                  f"{self.state.incumbent[:8]}")
+        for note in reconcile(self.workspace, self.state):
+            self.observer.message(note)
 
     def _stop(self, reason: str, code: ExitCode) -> None:
         self.ledger.append(LoopStopped(reason=reason, exit_code=code))
         self._write_views()
 
-    def _start(self) -> None:
-        facts = {key: value for key, value in self.facts.items()}
-        if not self.state.started:
-            self.ledger.append(LoopStarted(tag=self.tag, base_commit=self.workspace.head(),
-                                           program=self.program.to_dict(), **facts))
-            self.observer.message(f"started tag {self.tag} at {self.workspace.head()[:8]}")
-        else:
-            self.ledger.append(LoopResumed(tag=self.tag, **facts))
-            self.observer.message(f"resuming tag {self.tag}: {len(self.state.experiments)} "
-                                  f"experiments so far, incumbent {self.state.incumbent[:8]}")
-        self._align_branch()
+    def _queue(self, kind: str, item: Any) -> None:
+        """Hand an event over from a worker's or the researcher's thread."""
+        self._events.put((kind, item))
+        self._wake.set()
 
-    def _align_branch(self) -> None:
-        """After a crash the branch may hold a commit the ledger never heard of."""
-        state = self.state
-        expected = state.pending.commit if state.pending and state.pending.commit else state.incumbent
-        head = self.workspace.head()
-        if head != expected:
-            self.workspace.discard(head, f"orphan-{head[:8]}", state.incumbent)
-            if expected != state.incumbent:
-                self.workspace.reset_to(expected)
-            self.observer.message(f"branch head {head[:8]} was not in the ledger; kept it under "
-                                  f"refs/nightshift/{self.tag}/discarded/orphan-{head[:8]}")
+    def _wait(self) -> None:
+        """Sleep until something is queued (at most WAIT_S)."""
+        self._wake.wait(WAIT_S)
 
-    # ---- measuring ---------------------------------------------------------------------
+    def _abort(self) -> None:
+        """Stop every run in flight and record how each ended (interrupted)."""
+        self.workers.cancel_all()
+        deadline = time.monotonic() + ABORT_WAIT_S
+        while self._running and time.monotonic() < deadline:
+            try:
+                kind, item = self._events.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            if kind == "run":
+                self._finished(item, deciding=False)
 
-    def _ensure_reference(self, stop: StopRules) -> None:
-        """Measure the incumbent on the rule's baseline seeds: its fresh reference."""
-        incumbent = self.state.incumbent
-        for seed in self.rule.baseline_seeds():
-            for attempt in range(MAX_REFERENCE_RETRIES):
-                if seed in self.state.reference(incumbent):
-                    break
-                run = self.measure(incumbent, seed, Role.REFERENCE, None, "incumbent reference")
-                if run.ok:
-                    break
+    # ---- events from the workers and the researcher --------------------------------------
+
+    def _handle_events(self) -> None:
+        self._wake.clear()       # before draining: an event queued from now on wakes _wait
+        while True:
+            try:
+                kind, item = self._events.get_nowait()
+            except queue.Empty:
+                return
+            if kind == "run":
+                self._finished(item)
+            elif item.error is not None:
+                self._researcher_error = self._researcher_error or item.error
             else:
+                self._ready.append(item)
+
+    def _finished(self, outcome: RunOutcome, deciding: bool = True) -> None:
+        if outcome.run_id not in self._running:
+            return   # reported twice (a backend's retry): the first report stands
+        job, request, _ = self._running.pop(outcome.run_id)
+        run = self.executor.finish(job, outcome)
+        self.observer.run_finished(run)
+        self._drop_unused_snapshots()
+        if not deciding or run.status.value == "interrupted":
+            return
+        if run.role == Role.CANDIDATE and not run.ok:
+            experiment = self.state.experiments.get(run.experiment or "")
+            if experiment is not None and not experiment.decided:
+                self._decide(experiment, Verdict.of_run(run.status), None,
+                             f"{run.status.value} on seed {run.seed}: {run.reason}")
+        elif run.role == Role.REFERENCE and not run.ok:
+            key = (run.commit, run.seed)
+            self._failures[key] = self._failures.get(key, 0) + 1
+            if self._failures[key] >= MAX_REFERENCE_RETRIES:
                 raise LoopError(
-                    f"the incumbent {incumbent[:8]} failed on seed {seed} "
+                    f"the incumbent {run.commit[:8]} failed on seed {run.seed} "
                     f"({run.status.value}: {run.reason}); the baseline must run before "
                     f"anything can be compared with it. Log: results/{self.tag}/{run.log}")
 
+    # ---- deciding ----------------------------------------------------------------------
+
+    def _advance(self) -> None:
+        """Ask the rule about every pending candidate whose batch has landed."""
+        if not self._incumbent_measured():
+            return
+        self._check_baseline()
+        for experiment in self.state.pending_experiments():
+            if experiment.decided or self._waiting(experiment):
+                continue
+            step = self.rule.next(self._evidence(experiment))
+            if isinstance(step, Decision):
+                self._decide(experiment, step.verdict, step, step.reason)
+                if step.verdict == Verdict.KEEP:
+                    return   # the others were superseded; the new incumbent is measured first
+                continue
+            if step.look is not None and step.look not in experiment.looks:
+                self.ledger.append(LookTaken(id=experiment.id, seeds=step.look, reason=step.reason))
+            self._asked[experiment.id] = step
+
     def _check_baseline(self) -> None:
-        """Print the verdict on the first baseline's runs; stop when the seed changes nothing."""
+        """Once, before the first candidate: print the verdict on the first baseline's runs,
+        and stop when the seed changes nothing (agent.night.checks)."""
+        if self._baseline_checked or self.state.experiments:
+            return
+        self._baseline_checked = True
         verdict = baseline_verdict(self.state, self.program, self.ledger.dir)
         for line in verdict.lines():
             self.observer.message(line)
         if verdict.stop:
             raise LoopError(verdict.stop)
 
-    def measure(self, commit: str, seed: int, role: Role, experiment: str | None,
-                label: str) -> RunFinished:
-        """Run `commit` on `seed` in the sandbox, showing progress; returns the ledger event."""
-        self.observer.run_started(commit, seed, role, experiment, self.executor.plan.budget_s, label)
-        run = self.executor.run(commit, seed, role, experiment, on_output=self.observer.output)
-        self.observer.run_finished(run)
-        return run
+    def _incumbent_measured(self) -> bool:
+        reference = self.state.reference(self.state.incumbent)
+        return all(seed in reference for seed in self.rule.baseline_seeds())
+
+    def _waiting(self, experiment: Experiment) -> bool:
+        """Whether seeds the rule asked for on `experiment` are still to land."""
+        asked = self._asked.get(experiment.id)
+        if asked is None:
+            return False
+        candidate = self.state.ok_values(experiment.commit, Role.CANDIDATE)
+        reference = self.state.reference(experiment.parent)
+        return (any(seed not in candidate for seed in asked.candidate_seeds)
+                or any(seed not in reference for seed in asked.reference_seeds))
 
     def _evidence(self, experiment: Experiment) -> Evidence:
         state = self.state
         sd, dof = pooled_sd(state.noise_groups())
+        pending = max(1, len(state.pending_experiments()))
         return Evidence(
             direction=self.program.direction,
             candidate=state.ok_values(experiment.commit, Role.CANDIDATE),
             reference=state.reference(experiment.parent),
-            noise_sd=sd, noise_dof=dof,
-            history=tuple(d.decision for d in state.decisions if d.decision),
+            noise_sd=sd, noise_dof=dof, history=state.history(experiment),
+            looks=tuple(experiment.looks) if experiment.looks_recorded else None,
+            batch=max(1, len(self.workers.slots) // pending),
         )
-
-    def _evaluate(self, experiment: Experiment, stop: StopRules) -> bool:
-        """Run the seeds the rule asks for, then decide. False if stopped before deciding."""
-        while True:
-            evidence = self._evidence(experiment)
-            step = self.rule.next(evidence)
-            if isinstance(step, Decision):
-                self._decide(experiment, step.verdict, step, step.reason)
-                return True
-            for seed in step.reference_seeds:
-                if seed not in evidence.reference:
-                    run = self.measure(experiment.parent, seed, Role.REFERENCE, None, "incumbent reference")
-                    if not run.ok:
-                        raise LoopError(f"the incumbent failed on seed {seed}: {run.status.value}")
-            for seed in step.candidate_seeds:
-                if seed in evidence.candidate:
-                    continue
-                if stop.time_is_up():
-                    return False
-                run = self.measure(experiment.commit, seed, Role.CANDIDATE, experiment.id,
-                                   experiment.description)
-                if not run.ok:
-                    self._decide(experiment, Verdict.of_run(run.status), None,
-                                 f"{run.status.value} on seed {seed}: {run.reason}")
-                    return True
 
     def _decide(self, experiment: Experiment, verdict: Verdict, decision: Decision | None,
                 reason: str) -> None:
+        """Record the verdict, then make git agree (in that order: see reconcile)."""
         incumbent = self.state.incumbent
         score = score_prediction(experiment.prediction, decision, self.program.direction)
-        if verdict == Verdict.KEEP:
-            self.workspace.keep(experiment.commit)
-        else:
-            self.workspace.discard(experiment.commit, experiment.id, incumbent)
         event = self.ledger.append(DecisionMade(
             id=experiment.id, commit=experiment.commit, incumbent=incumbent, verdict=verdict,
             decision=decision, reason=reason, score=score))
-        if verdict != Verdict.KEEP:
-            self.executor.release(experiment.commit)
+        self._decided_here += 1
+        self._asked.pop(experiment.id, None)
+        self._cancel_runs_of(experiment.id)
+        if verdict == Verdict.KEEP:
+            self.workspace.keep(experiment.commit, experiment.id)
+            self._supersede(experiment, incumbent)
+        else:
+            self.workspace.discard(experiment.commit, experiment.id, self.state.incumbent)
+            self._unused.add(experiment.commit)
+        self._drop_unused_snapshots()
         self._write_views()
         self.observer.decided(event)
         delta = None
         if decision is not None and decision.effect is not None:
             delta = -decision.effect if self.program.direction == "minimize" else decision.effect
-        self.researcher.observe(
-            _proposal_of(experiment),
-            Outcome(experiment_id=experiment.id, verdict=verdict, measured_delta=delta,
-                    candidate_mean=experiment.mean(), reason=reason))
+        self.proposals.observe(_proposal_of(experiment), Outcome(
+            experiment_id=experiment.id, verdict=verdict, measured_delta=delta,
+            candidate_mean=experiment.mean(), reason=reason))
 
-    # ---- proposing ---------------------------------------------------------------------
+    def _supersede(self, kept: Experiment, old: str) -> None:
+        """Candidates measured against `old` cannot be decided on that evidence: each is
+        recorded superseded, and its diff re-applied onto the new incumbent when it merges."""
+        target = self.program.target
+        new_source, old_source = self.workspace.read(target, kept.commit), self.workspace.read(target, old)
+        for other in self.state.pending_experiments():
+            merged = three_way_merge(old_source, new_source, self.workspace.read(target, other.commit))
+            again = merged is not None and merged != new_source
+            why = ("its diff is re-applied onto the new incumbent as a new candidate" if again else
+                   "its diff does not apply to the new incumbent: not re-proposed"
+                   if merged is None else "the new incumbent already holds its change")
+            self.ledger.append(DecisionMade(
+                id=other.id, commit=other.commit, incumbent=old, verdict=Verdict.SUPERSEDED,
+                reason=f"{kept.id} was kept while this ran against {old[:8]}; {why}"))
+            self._decided_here += 1
+            self._asked.pop(other.id, None)
+            self._cancel_runs_of(other.id)
+            self.workspace.discard(other.commit, other.id, kept.commit)
+            self._unused.add(other.commit)
+            if merged is None:
+                self.ledger.append(ProposalRebased(id=other.id, proposed_on=old, onto=kept.commit,
+                                                   outcome="conflict", source=other.id))
+            elif again:
+                proposal = dataclasses.replace(_proposal_of(other), source=merged, usage=None)
+                context = dataclasses.replace(self._context(0), incumbent_commit=kept.commit)
+                self._ready.insert(0, Ready(context=context, proposal=proposal,
+                                            source_experiment=other.id))
+            self.proposals.observe(_proposal_of(other), Outcome(
+                experiment_id=other.id, verdict=Verdict.SUPERSEDED, measured_delta=None,
+                candidate_mean=None, reason=why))
 
-    def _context(self) -> ResearchContext:
+    # ---- starting runs ---------------------------------------------------------------------
+
+    def _fill(self, reference_only: bool) -> None:
+        """Give every free worker the most useful next run."""
+        while True:
+            free = self._free_slots()
+            if not free:
+                return
+            request = next(iter(self._wanted(reference_only)), None)
+            if request is not None:
+                self._launch(request, free[0])
+                continue
+            if reference_only or not self._ready or not self._room_for_candidates():
+                return
+            if not (self._baseline_checked or self.state.experiments):
+                return   # the first candidate waits for the first baseline's verdict
+            self._record_next_proposal()
+
+    def _free_slots(self) -> list[Slot]:
+        busy = {slot.index for _, _, slot in self._running.values()}
+        return [slot for slot in self.workers.slots if slot.index not in busy]
+
+    def _wanted(self, reference_only: bool):
+        """Runs to start, most useful first (see the module docstring)."""
+        in_flight = {(r.commit, r.seed, r.role) for _, r, _ in self._running.values()}
+        state = self.state
+        if not reference_only:
+            for experiment in state.pending_experiments():
+                asked = self._asked.get(experiment.id)
+                if asked is None:
+                    continue
+                candidate = state.ok_values(experiment.commit, Role.CANDIDATE)
+                for seed in asked.candidate_seeds:
+                    if seed not in candidate and (experiment.commit, seed, Role.CANDIDATE) not in in_flight:
+                        yield RunRequest(experiment.commit, seed, Role.CANDIDATE, experiment.id,
+                                         experiment.description)
+                reference = state.reference(experiment.parent)
+                for seed in asked.reference_seeds:
+                    if seed not in reference and (experiment.parent, seed, Role.REFERENCE) not in in_flight:
+                        yield RunRequest(experiment.parent, seed, Role.REFERENCE, None, "paired reference")
+        reference = state.reference(state.incumbent)
+        for seed in self.rule.baseline_seeds():
+            if seed not in reference and (state.incumbent, seed, Role.REFERENCE) not in in_flight:
+                yield RunRequest(state.incumbent, seed, Role.REFERENCE, None, "incumbent reference")
+
+    def _launch(self, request: RunRequest, slot: Slot) -> None:
+        job = self.executor.prepare(request.commit, request.seed, request.role, request.experiment,
+                                    slot=slot, label=request.label)
+        self._running[job.run_id] = (job, request, slot)
+        self.observer.run_started(job.run_id, slot, request.commit, request.seed, request.role,
+                                  request.experiment, job.spec.budget_s, request.label)
+        self.workers.submit(slot, job, on_output=self.observer.output)
+
+    def _cancel_runs_of(self, experiment_id: str) -> None:
+        for run_id, (_, request, _) in list(self._running.items()):
+            if request.experiment == experiment_id:
+                self.workers.cancel(run_id)
+
+    def _drop_unused_snapshots(self) -> None:
+        in_use = {request.commit for _, request, _ in self._running.values()}
+        for commit in list(self._unused - in_use):
+            self.executor.release(commit)
+            self._unused.discard(commit)
+
+    # ---- proposing -------------------------------------------------------------------------
+
+    def _room_for_candidates(self) -> bool:
+        """Whether a new candidate may start: --max-experiments counts what is in flight."""
+        limit = self._stop_rules.max_experiments
+        return limit is None or self._decided_here + len(self.state.pending_experiments()) < limit
+
+    def _ask_researcher(self, stop: StopRules) -> None:
+        """Keep a proposal in preparation (overlap), or ask only when nothing runs."""
+        if self._researcher_error is not None:
+            return
+        waiting = self.proposals.preparing + sum(1 for r in self._ready if r.source_experiment is None)
+        if stop.max_experiments is not None:
+            started = self._decided_here + len(self.state.pending_experiments()) + waiting
+            if started >= stop.max_experiments:
+                return
+        if self.overlap:
+            wanted = self.proposals.capacity - waiting
+        else:
+            idle = not self._running and not self.state.pending_experiments() and not self._ready
+            wanted = 1 if idle and waiting == 0 else 0
+        for _ in range(max(0, wanted)):
+            self.proposals.propose(self._context(offset=self.proposals.preparing + len(self._ready)))
+
+    def _context(self, offset: int) -> ResearchContext:
         state = self.state
         target = self.program.target
         reference = state.reference(state.incumbent)
@@ -258,8 +482,8 @@ class ResearchLoop:
             ledger_summary=ledger_summary(state, self.program.metric),
             metric=self.program.metric, direction=self.program.direction, noise_sd=sd,
             incumbent_value=sum(reference.values()) / len(reference) if reference else None,
-            experiment_index=state.next_index, hypotheses=tuple(state.open_hypotheses()),
-            workdir=self.workspace.path,
+            experiment_index=state.researcher_proposals + 1 + offset,
+            hypotheses=tuple(state.open_hypotheses()), workdir=self.workspace.path,
         )
 
     def _protected_sources(self, commit: str) -> dict[str, str]:
@@ -271,34 +495,65 @@ class ResearchLoop:
                 continue  # a protected path that is not in the repository has nothing to read
         return sources
 
-    def _propose(self) -> Experiment | None:
+    def _record_next_proposal(self) -> None:
+        """Turn the oldest ready proposal into a candidate (rebased if the incumbent moved)
+        or an invalid experiment."""
+        ready = self._ready.pop(0)
         state = self.state
         experiment_id = f"e{state.next_index:04d}"
-        context = self._context()
-        self.observer.message(f"{experiment_id}: asking the {self.researcher.name} researcher")
-        try:
-            proposal = self.researcher.propose(context)
-        except ProposalRejected as rejected:
-            self._record_invalid(experiment_id, None, str(rejected), rejected.usage)
-            return None
-        gate = check_source(self.program.target, context.incumbent_source, proposal.source)
+        if ready.rejected is not None:
+            self._record_invalid(experiment_id, None, str(ready.rejected), ready.rejected.usage)
+            return
+        proposal, incumbent, target = ready.proposal, state.incumbent, self.program.target
+        current = self.workspace.read(target, incumbent)
+        if ready.proposed_on != incumbent:
+            merged = three_way_merge(self.workspace.read(target, ready.proposed_on), current,
+                                     proposal.source)
+            outcome = "conflict" if merged is None or merged == current else "rebased"
+            self.ledger.append(ProposalRebased(id=experiment_id, proposed_on=ready.proposed_on,
+                                               onto=incumbent, outcome=outcome,
+                                               source=ready.source_experiment))
+            if outcome == "conflict":
+                if ready.source_experiment is not None:
+                    return   # a superseded candidate's diff: the ledger says it was dropped
+                if ready.attempts >= MAX_ASKS:
+                    self._record_invalid(experiment_id, proposal, f"conflicted with a newer "
+                                         f"incumbent {ready.attempts} times", proposal.usage)
+                    return
+                self.observer.message(f"a proposal made against {ready.proposed_on[:8]} conflicts "
+                                      f"with the new incumbent {incumbent[:8]}: asking again")
+                self.proposals.propose(self._context(offset=self.proposals.preparing + len(self._ready)),
+                                       attempts=ready.attempts + 1)
+                return
+            proposal = dataclasses.replace(proposal, source=merged)
+        elif ready.source_experiment is not None:
+            self.ledger.append(ProposalRebased(id=experiment_id, proposed_on=ready.proposed_on,
+                                               onto=incumbent, outcome="rebased",
+                                               source=ready.source_experiment))
+        gate = check_source(target, current, proposal.source)
         if not gate.ok:
             self._record_invalid(experiment_id, proposal, gate.reason, proposal.usage)
-            return None
-        trailers = {"Nightshift-Hypothesis": proposal.hypothesis_id} if proposal.hypothesis_id else None
+            return
+        trailers = {"Nightshift-Hypothesis": proposal.hypothesis_id} if proposal.hypothesis_id else {}
+        if ready.source_experiment:
+            trailers["Nightshift-Rebased-From"] = ready.source_experiment
         message = candidate_message(proposal.description, proposal.hypothesis, proposal.prediction,
-                                    experiment_id, trailers)
-        commit = self.workspace.commit_candidate(self.program.target, proposal.source, message)
+                                    experiment_id, trailers or None)
+        commit = self.workspace.commit_candidate(target, proposal.source, message,
+                                                 parent=incumbent, name=experiment_id)
         self.ledger.append(ExperimentProposed(
-            id=experiment_id, commit=commit, parent=state.incumbent,
+            id=experiment_id, commit=commit, parent=incumbent,
             description=proposal.description, hypothesis=proposal.hypothesis,
             prediction=proposal.prediction, researcher=self.researcher.name,
             hypothesis_id=proposal.hypothesis_id, extra=proposal.extra, usage=proposal.usage))
         self.observer.message(f"{experiment_id} {commit[:8]}: {proposal.description}")
-        return self.state.experiments[experiment_id]
+        experiment = self.state.experiments[experiment_id]
+        step = self.rule.next(self._evidence(experiment))
+        if isinstance(step, RunMore):
+            self._asked[experiment_id] = step
 
     def _record_invalid(self, experiment_id: str, proposal: Proposal | None, reason: str,
-                        usage) -> None:
+                        usage: Usage | None) -> None:
         diff = ""
         incumbent = self.state.incumbent
         if proposal is not None:
@@ -313,12 +568,27 @@ class ResearchLoop:
             prediction=proposal.prediction if proposal else None,
             researcher=self.researcher.name,
             hypothesis_id=proposal.hypothesis_id if proposal else None, diff=diff, usage=usage))
+        self._decided_here += 1
+        self._write_views()
         self.observer.message(f"{experiment_id}: invalid — {reason}")
         if proposal is not None:
-            self.researcher.observe(proposal, Outcome(experiment_id, Verdict.INVALID, None, None, reason))
+            self.proposals.observe(proposal, Outcome(experiment_id, Verdict.INVALID, None, None, reason))
 
     def _write_views(self) -> None:
         write_tsv(self.state, self.ledger.dir, self.program.metric)
+
+    # ---- one run, here and now (noise measurements) ------------------------------------------
+
+    def measure(self, commit: str, seed: int, role: Role, experiment: str | None,
+                label: str) -> RunFinished:
+        """Run `commit` on `seed` on this process's runner, showing progress; the ledger event."""
+        slot = Slot(0, "cpu")
+        self.observer.run_started("", slot, commit, seed, role, experiment,
+                                  self.executor.plan.budget_s, label)
+        run = self.executor.run(commit, seed, role, experiment,
+                                on_output=lambda line: self.observer.output("", line))
+        self.observer.run_finished(run)
+        return run
 
 
 def _proposal_of(experiment: Experiment) -> Proposal:
@@ -327,3 +597,9 @@ def _proposal_of(experiment: Experiment) -> Proposal:
     return Proposal(source="", description=experiment.description, hypothesis=experiment.hypothesis,
                     prediction=prediction, hypothesis_id=experiment.hypothesis_id,
                     extra=experiment.extra)
+
+
+def _known(cls: type, facts: dict[str, Any]) -> dict[str, Any]:
+    """The facts `cls` has fields for (a backend may describe itself with more)."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return {key: value for key, value in facts.items() if key in names}

@@ -9,6 +9,7 @@ writable layer over it, with program.md's `data:` folder mounted read-only insid
 from __future__ import annotations
 
 import sys
+import threading
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,9 +21,11 @@ from agent.program import Program
 from agent.record.events import Role, RunFinished, RunStarted
 from agent.record.ledger import Ledger, utc_now
 from agent.record.provenance import determinism, environment, fingerprint, write_provenance
-from agent.workspace.gate import digest_files, tampered
 from agent.workspace.repo import Workspace, remove_snapshot
+from cluster.execute import execute
+from cluster.protocol import Job, Outcome, Slot
 from sandbox import Limits, Runner, RunSpec, Status
+from sandbox.digest import digest_files
 from sandbox.protocol import DataMount
 
 MAX_DIFF_CHARS = 1_000_000   # a diff larger than this is left to git (the commit pins it anyway)
@@ -62,8 +65,8 @@ class RunPlan:
                    grace_s=program.grace_s, protected=tuple(program.protected), limits=limits,
                    split=split, extra_env=dict(program.env), target=program.target,
                    result_file=program.result_file, metric_pattern=program.metric_pattern,
-                   metrics_pattern=program.metrics_pattern, python=sys.executable, writable_workdir=True,
-                   mounts=(mount,) if mount else (), keep=program.keep)
+                   metrics_pattern=program.metrics_pattern, python=sys.executable,
+                   writable_workdir=True, mounts=(mount,) if mount else (), keep=program.keep)
 
 
 def gpu_for_runs() -> int | None:
@@ -83,6 +86,8 @@ class RunExecutor:
         self.ledger, self.data = ledger, data
         self.runs_dir = results_dir / "runs"
         self.snapshots_dir = results_dir / "snapshots"
+        # The data folder as the night found it: a run that changes it is tampered.
+        self._data_seen = {m.path: folder_facts(m.source) for m in plan.mounts}
 
     def snapshot(self, commit: str) -> Path:
         dest = self.snapshots_dir / commit
@@ -106,71 +111,80 @@ class RunExecutor:
         if dest.exists():
             remove_snapshot(dest)
 
-    def run(self, commit: str, seed: int, role: Role, experiment: str | None,
-            on_output: Callable[[str], None] | None = None) -> RunFinished:
-        """Run `commit` on `seed` and return the recorded run_finished event."""
+    def prepare(self, commit: str, seed: int, role: Role, experiment: str | None, *,
+                slot: Slot | None = None, label: str = "") -> Job:
+        """Everything one run needs, its folder made and its run_started recorded."""
         role = Role(role)
         run_id = f"{commit[:8]}-s{seed}-{role.value[:3]}-{uuid.uuid4().hex[:6]}"
-        run_dir = self.runs_dir / run_id
-        out_dir = run_dir / "out"
+        out_dir = self.runs_dir / run_id / "out"
         out_dir.mkdir(parents=True)
-        snapshot = self.snapshot(commit)
-        protected_before = digest_files(snapshot, self.plan.protected)
-        data_before = {m.path: folder_facts(m.source) for m in self.plan.mounts}
         plan = self.plan
         spec = RunSpec(
-            command=plan.command, snapshot_dir=snapshot, data_dir=self.data.path,
+            command=plan.command, snapshot_dir=self.snapshot(commit), data_dir=self.data.path,
             out_dir=out_dir, seed=seed, budget_s=plan.budget_s, metric=plan.metric,
             split=plan.split, grace_s=plan.grace_s, limits=plan.limits, env=plan.extra_env,
             result_file=plan.result_file, metric_pattern=plan.metric_pattern,
-            metrics_pattern=plan.metrics_pattern, python=plan.python, writable_workdir=plan.writable_workdir, mounts=plan.mounts,
+            metrics_pattern=plan.metrics_pattern, python=plan.python,
+            writable_workdir=plan.writable_workdir, mounts=plan.mounts,
         )
-        started = self.ledger.append(RunStarted(run_id=run_id, commit=commit, seed=seed,
-                                                role=role, experiment=experiment))
-        try:
-            result = self.runner.run(spec, on_output=on_output)
-        except KeyboardInterrupt:
-            self.ledger.append(RunFinished(run_id=run_id, commit=commit, seed=seed, role=role,
-                                           experiment=experiment, status=Status.INTERRUPTED,
-                                           reason="interrupted by the user"))
-            raise
+        self.ledger.append(RunStarted(run_id=run_id, commit=commit, seed=seed, role=role,
+                                      experiment=experiment, worker=slot.index if slot else None,
+                                      device=slot.device if slot else None))
+        return Job(run_id=run_id, spec=spec, protected=self.plan.protected, label=label)
+
+    def finish(self, job: Job, outcome: Outcome) -> RunFinished:
+        """Record how `job` ended (its provenance.json next to its result) and return the
+        run_finished event."""
+        started = self.ledger.state.in_flight.get(job.run_id)
+        commit, seed = started.commit, started.seed
+        role, experiment = started.role, started.experiment
+        slot = dict(worker=started.worker, device=started.device, node=outcome.node,
+                    started=round(outcome.started, 3) or None, ended=round(outcome.ended, 3) or None)
+        result = outcome.result
+        if result is None:
+            return self.ledger.append(RunFinished(
+                run_id=job.run_id, commit=commit, seed=seed, role=role, experiment=experiment,
+                status=Status.CRASH, reason=f"the run could not start: {outcome.error}", **slot))
         status, reason = result.status, result.reason
-        changed = tampered(protected_before, digest_files(snapshot, self.plan.protected))
-        changed += outputs.touches((p for p in result.written), self.plan.protected)
-        data_after = {m.path: folder_facts(m.source) for m in self.plan.mounts}
-        data_changed = [path for path in data_before if data_before[path] != data_after[path]]
-        if changed:
-            status, reason = Status.TAMPERED, f"protected files changed during the run: {', '.join(sorted(set(changed)))}"
-        elif data_changed:
+        changed = sorted(set(outcome.tampered) | set(outputs.touches(result.written, self.plan.protected)))
+        data_now = {m.path: folder_facts(m.source) for m in self.plan.mounts}
+        data_changed = [path for path, facts in data_now.items() if facts != self._data_seen.get(path)]
+        self._data_seen = data_now
+        if changed and status != Status.INTERRUPTED:
+            status, reason = Status.TAMPERED, f"protected files changed during the run: {', '.join(changed)}"
+        elif data_changed and status != Status.INTERRUPTED:
             status, reason = Status.TAMPERED, (f"the run changed the data folder "
                                                f"{', '.join(data_changed)} of your repository")
-        kept = outputs.prune(out_dir, result.work_dir, result.written, snapshot, self.plan.keep,
-                             always=(self.plan.result_file,))
+        spec = job.spec
+        kept = outputs.prune(spec.out_dir, result.work_dir, result.written, spec.snapshot_dir,
+                             self.plan.keep, always=(self.plan.result_file,))
         budget = checks.judge_budget(result.duration_s, self.plan.budget_s, self.plan.grace_s) \
             if status != Status.INTERRUPTED else None
         metric_value = result.metric if status == Status.OK else None
         seen = self.ledger.state.ok_values(commit)
         seeding = checks.observe_seeding({**seen, seed: metric_value} if metric_value is not None else seen,
                                          self.plan.metric)
-        env = environment()
+        run_dir = self.runs_dir / job.run_id
+        env = outcome.environment or environment()
         parent = self.workspace.parent(commit)
         diff = self.workspace.diff(commit) if parent else ""   # a root commit's diff is everything
         provenance = {
-            "run_id": run_id, "commit": commit, "parent": parent,
+            "run_id": job.run_id, "commit": commit, "parent": parent,
             "diff": diff if len(diff) <= MAX_DIFF_CHARS else "",
             "diff_omitted": f"{len(diff)} characters; see `git diff {parent} {commit}`"
             if len(diff) > MAX_DIFF_CHARS else None,
-            "target_digest": digest_files(snapshot, (self.plan.target,)) if self.plan.target else {},
+            "target_digest": digest_files(job.spec.snapshot_dir, (self.plan.target,)) if self.plan.target else {},
             "seed": seed, "role": role.value, "experiment": experiment,
             "budget_s": self.plan.budget_s, "grace_s": self.plan.grace_s,
             "command": self.plan.command, "split": self.plan.split,
             "run_env": dict(self.plan.extra_env), "python": self.plan.python,
-            "protected_digests": protected_before,
+            "protected_digests": digest_files(job.spec.snapshot_dir, self.plan.protected),
             "data_dir": str(self.data.path), "data_meta": self.data.meta,
-            "data_mount": [{"path": m.path, "source": str(m.source), **data_after[m.path]}
+            "data_mount": [{"path": m.path, "source": str(m.source), **data_now[m.path]}
                            for m in self.plan.mounts],
             "sandbox": {"backend": result.backend, **result.sandbox},
             "outputs": kept.to_dict(),
+            "worker": {"index": started.worker, "device": started.device, "node": outcome.node},
             "environment": env, "env_fingerprint": fingerprint(env),
             "determinism": determinism(
                 seed, self.plan.extra_env,
@@ -181,16 +195,33 @@ class RunExecutor:
             "started_at": started.time, "ended_at": utc_now(),
         }
         write_provenance(run_dir / "provenance.json", provenance)
+        log = Path(result.log_path)
         return self.ledger.append(RunFinished(
-            run_id=run_id, commit=commit, seed=seed, role=role,
-            experiment=experiment, status=status,
-            metric=metric_value,
+            run_id=job.run_id, commit=commit, seed=seed, role=role, experiment=experiment,
+            status=status, metric=metric_value,
             metrics=dict(result.metrics), duration_s=round(result.duration_s, 3),
             peak_memory_mb=result.peak_memory_mb, exit_code=result.exit_code, reason=reason,
-            log=str(Path(result.log_path).relative_to(self.runs_dir.parent))
-            if Path(result.log_path).is_relative_to(self.runs_dir.parent) else str(result.log_path),
+            log=str(log.relative_to(self.runs_dir.parent)) if log.is_relative_to(self.runs_dir.parent)
+            else str(log),
             log_tail=result.log_tail[-2000:], backend=result.backend,
             data_hash=self.data.corpus_hash, env_fingerprint=provenance["env_fingerprint"],
             provenance=str((run_dir / "provenance.json").relative_to(self.runs_dir.parent)),
-            over_budget_s=budget.over_s if budget else None,
-        ))
+            over_budget_s=budget.over_s if budget else None, **slot))
+
+    def run(self, commit: str, seed: int, role: Role, experiment: str | None,
+            on_output: Callable[[str], None] | None = None) -> RunFinished:
+        """One run, here and now, on this process's runner (for `noise` and `replay`):
+        returns the recorded run_finished event. Ctrl-C records it as interrupted."""
+        job = self.prepare(commit, seed, role, experiment)
+        stop = threading.Event()
+        try:
+            outcome = execute(self.runner, job, WHOLE_MACHINE, stop, on_output)
+        except KeyboardInterrupt as interrupt:
+            result = getattr(interrupt, "run_result", None)
+            self.finish(job, Outcome(job.run_id, 0, result, error="interrupted by the user")
+                        if result else Outcome(job.run_id, 0, None, error="interrupted by the user"))
+            raise
+        return self.finish(job, outcome)
+
+
+WHOLE_MACHINE = Slot(0, "cpu")   # a run on its own: every core, the plan's GPU

@@ -17,6 +17,8 @@ from agent.program import Program
 from agent.record.ledger import Ledger
 from agent.record.summary import experiment_detail
 from agent.workspace.repo import Workspace
+from cluster.protocol import OnDone, Workers
+from cluster.select import make_workers
 
 _TAG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
@@ -48,7 +50,9 @@ class Session:
 
 def build_session(program: Program, tag: str, *, researcher: str, sandbox: str,
                   observer: Observer, script: Path | None = None, seed: int = 0,
-                  split: str = "val") -> Session:
+                  split: str = "val", gpus: list[int] | None = None) -> Session:
+    """A loop of `program` on `tag`, ready to run. `gpus` replaces the GPUs found on this
+    machine (tests that fake a device list)."""
     from agent.researchers.registry import make_researcher, resolve_researcher_name
     from sandbox.select import make_runner
 
@@ -71,14 +75,22 @@ def build_session(program: Program, tag: str, *, researcher: str, sandbox: str,
     plan = RunPlan.from_program(program, split=split)
     executor = RunExecutor(plan=plan, runner=runner,
                            workspace=workspace, ledger=ledger, data=data, results_dir=results)
+
+    def workers(on_done: OnDone) -> Workers:
+        return make_workers(program.cluster, runner=runner, sandbox=runner.name,
+                            image=program.image, workers=program.workers, on_done=on_done,
+                            address=program.cluster_address, gpus=gpus)
     facts: dict[str, Any] = {
         "researcher": chosen.name, "researcher_why": researcher_why, "sandbox": runner.name,
         "sandbox_why": sandbox_why, "sandbox_facts": runner.describe(), "rule": rule.name,
         "data_dir": str(data.path), "corpus_hash": data.corpus_hash, "budget_s": program.budget_s}
     loop = ResearchLoop(tag=tag, program=program, workspace=workspace, ledger=ledger,
-                        executor=executor, researcher=chosen, rule=rule, observer=observer,
-                        facts=facts)
+                        executor=executor, researcher=chosen, rule=rule, make_workers=workers,
+                        observer=observer, facts=facts, overlap=program.overlap)
+    shown = "auto" if program.workers is None else program.workers
     notes = [f"researcher: {chosen.name} ({researcher_why})", f"sandbox: {sandbox_why}",
+             f"workers: {shown} on {program.cluster}"
+             + ("" if program.overlap else " (proposals only between runs: overlap false)"),
              f"decision rule: {rule.name}", f"data: {data.path}", f"results: {results}"]
     for mount in plan.mounts:
         notes.insert(4, f"data folder: {mount.path} of your checkout, read-only at that path in every run")

@@ -12,8 +12,10 @@ defaults given here, and a key a newer harness adds is ignored by an older one.
     hypothesis_queued   hypothesis_id, text, origin
     experiment_proposed id, commit, parent, description, hypothesis, prediction, researcher, ...
     experiment_invalid  id, parent, reason, description, hypothesis, prediction, diff, ...
-    run_started         run_id, commit, seed, role, experiment
+    proposal_rebased    id, proposed_on, onto, outcome (the incumbent moved while it was made)
+    run_started         run_id, commit, seed, role, experiment, worker, device
     run_finished        run_id, commit, seed, role, experiment, status, metric, metrics, ...
+    look                id, seeds, reason (the keep rule looked and asked for more seeds)
     decision            id, commit, incumbent, verdict, reason, decision (the test), score
     replay              kind "run" | "commit" | "summary", replay_id, ... (agent/review/replay.py)
 
@@ -35,7 +37,8 @@ from sandbox import Status
 __all__ = [  # the records events carry are importable from here too: one place to look
     "Decision", "ExitCode", "Prediction", "PredictedDirection", "Role", "Score", "Usage", "Verdict",
     "Event", "LoopFacts", "LoopStarted", "LoopResumed", "LoopStopped", "HypothesisQueued",
-    "ExperimentProposed", "ExperimentInvalid", "RunStarted", "RunFinished", "DecisionMade",
+    "ExperimentFacts", "ExperimentProposed", "ExperimentInvalid", "ProposalRebased", "RunIdentity",
+    "RunStarted", "RunFinished", "LookTaken", "DecisionMade",
     "Replay", "ReplayRun", "ReplayCommit", "ReplaySummary", "EVENT_TYPES", "REPLAY_TYPES",
     "UnknownEvent", "parse_event", "encode", "decode",
 ]
@@ -73,6 +76,11 @@ class LoopFacts(Event):
     data_dir: str | None = None
     corpus_hash: str | None = None
     budget_s: float | None = None
+    records_looks: bool = False      # this harness records the keep rule's looks (LookTaken)
+    workers: int | None = None       # runs in flight at once
+    devices: tuple[str, ...] = ()    # each worker's device ("cuda:0", "cpu:0-1", ...)
+    overlap: bool | None = None      # proposals prepared while runs train
+    cluster: str | None = None       # where runs execute: "local" (this machine) | "ray"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -103,54 +111,73 @@ class HypothesisQueued(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
-class ExperimentProposed(Event):
-    kind: ClassVar[str] = "experiment_proposed"
+class ExperimentFacts(Event):
+    """What a researcher proposed for experiment `id`, against the incumbent `parent`."""
+
     id: str
-    commit: str
     parent: str
     description: str = ""
     hypothesis: str = ""
     prediction: Prediction | None = None
     researcher: str = ""
     hypothesis_id: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)   # researcher-specific (optuna params, ...)
-    usage: Usage | None = None
+    usage: Usage | None = None             # what proposing it cost
 
 
 @dataclass(frozen=True, kw_only=True)
-class ExperimentInvalid(Event):
+class ExperimentProposed(ExperimentFacts):
+    kind: ClassVar[str] = "experiment_proposed"
+    commit: str
+    extra: dict[str, Any] = field(default_factory=dict)   # researcher-specific (optuna params, ...)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExperimentInvalid(ExperimentFacts):
+    """A proposal that never became a run: the gate refused it or the researcher gave none."""
+
     kind: ClassVar[str] = "experiment_invalid"
-    id: str
-    parent: str
     reason: str
     commit: str | None = None
-    description: str = ""
-    hypothesis: str = ""
-    prediction: Prediction | None = None
-    researcher: str = ""
-    hypothesis_id: str | None = None
     diff: str = ""
-    usage: Usage | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
-class RunStarted(Event):
+class ProposalRebased(Event):
+    """A proposal made against an incumbent that has since changed: its diff was merged onto
+    the new incumbent (`outcome` "rebased"), or did not apply ("conflict": the researcher is
+    asked again, or the candidate it came from is not re-proposed). `source` names the
+    experiment whose diff this is when a pending candidate was superseded by a keep."""
+
+    kind: ClassVar[str] = "proposal_rebased"
+    id: str                      # the experiment id the rebased proposal gets (or would have got)
+    proposed_on: str             # the incumbent the researcher saw
+    onto: str                    # the incumbent it was merged onto
+    outcome: str                 # "rebased" | "conflict"
+    source: str | None = None    # the superseded experiment whose diff this is, if any
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunIdentity(Event):
+    """Which run: `commit` on `seed`, made as `role` (for `experiment`, if a candidate), by
+    worker `worker` on `device` ("cuda:2", "cpu:0-3")."""
+
+    run_id: str
+    commit: str
+    seed: int
+    role: Role
+    experiment: str | None = None
+    worker: int | None = None
+    device: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunStarted(RunIdentity):
     kind: ClassVar[str] = "run_started"
-    run_id: str
-    commit: str
-    seed: int
-    role: Role
-    experiment: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
-class RunFinished(Event):
+class RunFinished(RunIdentity):
     kind: ClassVar[str] = "run_finished"
-    run_id: str
-    commit: str
-    seed: int
-    role: Role
-    experiment: str | None = None
     status: Status
     metric: float | None = None            # set only when status is ok
     metrics: dict[str, Any] = field(default_factory=dict)
@@ -165,10 +192,24 @@ class RunFinished(Event):
     env_fingerprint: str | None = None
     provenance: str | None = None          # relative to results/<tag>/
     over_budget_s: float | None = None     # seconds past its budget, when it ran past it (else None)
+    node: str | None = None                # the cluster node it ran on (a Ray node), if any
+    started: float | None = None           # wall-clock seconds (epoch) the process started...
+    ended: float | None = None             # ...and ended: the timeline of the workers
 
     @property
     def ok(self) -> bool:
         return self.status == Status.OK
+
+
+@dataclass(frozen=True, kw_only=True)
+class LookTaken(Event):
+    """The keep rule looked at experiment `id` on `seeds` candidate seeds and asked for more.
+    The looks actually taken are what the group-sequential boundaries are computed for."""
+
+    kind: ClassVar[str] = "look"
+    id: str
+    seeds: int
+    reason: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -290,7 +331,7 @@ class ReplaySummary(Replay):
 
 EVENT_TYPES: dict[str, type[Event]] = {cls.kind: cls for cls in (
     LoopStarted, LoopResumed, LoopStopped, HypothesisQueued, ExperimentProposed,
-    ExperimentInvalid, RunStarted, RunFinished, DecisionMade)}
+    ExperimentInvalid, ProposalRebased, RunStarted, RunFinished, LookTaken, DecisionMade)}
 REPLAY_TYPES: dict[str, type[Replay]] = {cls.replay_kind: cls for cls in (
     ReplayRun, ReplayCommit, ReplaySummary)}
 

@@ -24,6 +24,8 @@ class Verdict(str, enum.Enum):
     DISCARD = "discard"
     INCONCLUSIVE = "inconclusive"     # ran out of seeds without a clear answer; not kept
     INVALID = "invalid"
+    SUPERSEDED = "superseded"         # another candidate was kept while this one was measured
+                                      # against the old incumbent: not decided, never kept
     CRASH = Status.CRASH.value
     TIMEOUT = Status.TIMEOUT.value
     OOM = Status.OOM.value
@@ -37,8 +39,8 @@ class Verdict(str, enum.Enum):
 
     @property
     def is_failure(self) -> bool:
-        """The candidate never got a verdict from the rule: invalid, or a run failed."""
-        return self not in (Verdict.KEEP, Verdict.DISCARD, Verdict.INCONCLUSIVE)
+        """Something went wrong before the rule could decide: invalid, or a run failed."""
+        return self not in (Verdict.KEEP, Verdict.DISCARD, Verdict.INCONCLUSIVE, Verdict.SUPERSEDED)
 
     @classmethod
     def of_run(cls, status: Status) -> "Verdict":

@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from agent.record.events import (DecisionMade, Event, ExperimentInvalid, ExperimentProposed,
-                                 HypothesisQueued, LoopResumed, LoopStarted, LoopStopped,
-                                 Prediction, RunFinished, RunStarted, Role, Score, Usage, Verdict)
+                                 HypothesisQueued, LookTaken, LoopResumed, LoopStarted,
+                                 LoopStopped, Prediction, ProposalRebased, RunFinished, RunStarted,
+                                 Role, Score, Usage, Verdict)
 from sandbox import Status
 
 
@@ -36,6 +37,10 @@ class Experiment:
     decision: DecisionMade | None = None
     invalid_reason: str | None = None
     diff: str = ""                    # an invalid edit's diff (a commit's diff lives in git)
+    looks: list[int] = field(default_factory=list)   # candidate seeds at each look that went on
+    looks_recorded: bool = False      # proposed by a harness that records looks
+    history_size: int = 0             # decisions recorded before it was proposed: its history
+    rebased: ProposalRebased | None = None   # how it was moved onto a newer incumbent, if it was
 
     @property
     def decided(self) -> bool:
@@ -92,18 +97,20 @@ class LoopState:
     started: bool = False
     stopped_reason: str | None = None
     budget_s: float | None = None     # per-run budget of the latest invocation that said
+    records_looks: bool = False       # the latest invocation records the keep rule's looks
     experiments: dict[str, Experiment] = field(default_factory=dict)
     runs: list[RunFinished] = field(default_factory=list)    # finished, not interrupted
     in_flight: dict[str, RunStarted] = field(default_factory=dict)   # run_id -> started, not finished
     interrupted: list[RunStarted | RunFinished] = field(default_factory=list)
     hypotheses: dict[str, HypothesisQueued] = field(default_factory=dict)
     decisions: list[DecisionMade] = field(default_factory=list)
+    rebases: list[ProposalRebased] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)               # the researcher's, whole night
     # indices, kept as events arrive so that lookups do not scan every run of the night
     _ok: dict[str, dict[Role, dict[int, float]]] = field(default_factory=dict, repr=False)
     _ok_any: dict[str, dict[int, float]] = field(default_factory=dict, repr=False)
     _metrics: dict[str, list[float]] = field(default_factory=dict, repr=False)
-    _pending: str | None = field(default=None, repr=False)
+    _pending: dict[str, None] = field(default_factory=dict, repr=False)   # ordered set of ids
 
     # ---- folding ---------------------------------------------------------------------
 
@@ -117,10 +124,12 @@ class LoopState:
         self.started, self.tag = True, event.tag
         self.base_commit = self.incumbent = event.base_commit
         self.budget_s = event.budget_s or event.program.get("budget_s") or self.budget_s
+        self.records_looks = event.records_looks
 
     def _loop_resumed(self, event: LoopResumed) -> None:
         self._close_in_flight()
         self.budget_s = event.budget_s or self.budget_s
+        self.records_looks = event.records_looks
 
     def _loop_stopped(self, event: LoopStopped) -> None:
         self.stopped_reason = event.reason
@@ -147,11 +156,23 @@ class LoopState:
             diff=event.diff))
 
     def _add(self, experiment: Experiment) -> None:
+        experiment.history_size = len(self.decisions)
+        experiment.looks_recorded = self.records_looks
+        experiment.rebased = next((r for r in reversed(self.rebases)
+                                   if r.id == experiment.id and r.outcome == "rebased"), None)
         self.experiments[experiment.id] = experiment
         if experiment.usage is not None:
             self.usage = self.usage + experiment.usage
-        if not experiment.decided and self._pending is None:
-            self._pending = experiment.id
+        if not experiment.decided:
+            self._pending[experiment.id] = None
+
+    def _rebased(self, event: ProposalRebased) -> None:
+        self.rebases.append(event)
+
+    def _look(self, event: LookTaken) -> None:
+        experiment = self.experiments.get(event.id)
+        if experiment is not None:
+            experiment.looks.append(event.seeds)
 
     def _run_started(self, event: RunStarted) -> None:
         self.in_flight[event.run_id] = event
@@ -177,19 +198,36 @@ class LoopState:
             experiment.decision = event
         if event.verdict == Verdict.KEEP:
             self.incumbent = event.commit
-        if self._pending == event.id:
-            self._pending = next((e.id for e in self.experiments.values() if not e.decided), None)
+        self._pending.pop(event.id, None)
 
     # ---- reading ---------------------------------------------------------------------
 
     @property
     def pending(self) -> Experiment | None:
-        """The experiment that was proposed but not decided when the loop stopped."""
-        return self.experiments[self._pending] if self._pending is not None else None
+        """The oldest experiment proposed but not decided yet."""
+        return self.experiments[next(iter(self._pending))] if self._pending else None
+
+    def pending_experiments(self) -> list[Experiment]:
+        """Every experiment proposed but not decided yet, oldest first."""
+        return [self.experiments[i] for i in self._pending]
+
+    def history(self, experiment: Experiment) -> tuple:
+        """The tests decided before `experiment` was proposed: what the keep rule may use for
+        it (its seed plan, its LORD++ level), fixed however long it stays in flight."""
+        return tuple(d.decision for d in self.decisions[:experiment.history_size] if d.decision)
 
     @property
     def next_index(self) -> int:
         return len(self.experiments) + 1
+
+    @property
+    def researcher_proposals(self) -> int:
+        """How many proposals the researcher was asked for so far: every experiment but the
+        re-applied diffs of superseded ones, plus proposals that conflicted with a newer
+        incumbent and were asked again."""
+        reapplied = sum(1 for e in self.experiments.values() if e.rebased and e.rebased.source)
+        conflicts = sum(1 for r in self.rebases if r.outcome == "conflict" and r.source is None)
+        return len(self.experiments) - reapplied + conflicts
 
     def ok_values(self, commit: str, role: Role | None = None) -> dict[int, float]:
         """seed -> metric for the OK runs of a commit (optionally of one role only)."""
@@ -229,7 +267,8 @@ _HANDLERS = {
     LoopStopped: LoopState._loop_stopped, HypothesisQueued: LoopState._hypothesis,
     ExperimentProposed: LoopState._proposed, ExperimentInvalid: LoopState._invalid,
     RunStarted: LoopState._run_started, RunFinished: LoopState._run_finished,
-    DecisionMade: LoopState._decided,
+    DecisionMade: LoopState._decided, LookTaken: LoopState._look,
+    ProposalRebased: LoopState._rebased,
 }
 
 

@@ -7,20 +7,13 @@ Contract:
   (`.yaml`/`.yml`, `.json`: a config file as target); a syntax error is reported with its line;
 - `check_source` applies the same content rules to a proposal before anything is committed,
   so a bad edit is rejected without touching git;
-- `digest_files` / `tampered` detect protected files (or folders) that changed during a run.
-
-The gate only judges; the loop records the verdict (status `invalid` or `tampered`).
+The gate only judges; the loop records the verdict (status `invalid`). Whether protected files
+changed during a run is the run's business: `sandbox.digest`.
 """
 from __future__ import annotations
 
-import hashlib
-import os
-import stat
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Iterable, Mapping
-
-MISSING = "missing"
+from typing import Any, Iterable
 
 
 @dataclass(frozen=True)
@@ -98,41 +91,3 @@ def check_edit(workspace: Any, base_sha: str, candidate_sha: str, target: str) -
 
 
 # ---- protected files ----
-
-def digest_files(root: Path, paths: Iterable[str]) -> dict[str, str]:
-    """sha256 of each path under `root` ("missing" when absent). A folder digests its whole
-    content (relative names, file kinds and bytes), so adding, removing or editing any file
-    inside it changes the digest. Symlinks are digested by their target, never followed."""
-    root = Path(root)
-    return {path: _digest(root / path) for path in paths}
-
-
-def tampered(before: Mapping[str, str], after: Mapping[str, str]) -> list[str]:
-    """Paths whose digest differs between two `digest_files` results (or is in only one)."""
-    return sorted(p for p in set(before) | set(after) if before.get(p) != after.get(p))
-
-
-def _digest(path: Path) -> str:
-    try:
-        mode = os.lstat(path).st_mode
-    except FileNotFoundError:
-        return MISSING
-    hasher = hashlib.sha256()
-    if stat.S_ISDIR(mode):
-        for current, dirs, files in os.walk(path):
-            dirs.sort()
-            linked = [d for d in dirs if os.path.islink(os.path.join(current, d))]
-            for name in sorted(files + linked):
-                full = os.path.join(current, name)
-                rel = os.path.relpath(full, path).replace(os.sep, "/")
-                hasher.update(f"{rel}\0{_digest(Path(full))}\0".encode())
-        return "dir:" + hasher.hexdigest()
-    if stat.S_ISLNK(mode):
-        hasher.update(os.readlink(path).encode())
-        return "link:" + hasher.hexdigest()
-    if not stat.S_ISREG(mode):  # a FIFO would block the reader forever
-        return f"special:{stat.S_IFMT(mode):o}"
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            hasher.update(chunk)
-    return hasher.hexdigest()

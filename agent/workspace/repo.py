@@ -4,10 +4,13 @@ Contract:
 - the user's checkout (working tree, index, HEAD) is never touched; all work happens on the
   branch `nightshift/<tag>`, checked out in a separate worktree, so several loops (tags) can
   run side by side on one repository;
-- every candidate is one commit that changes only the target file; its message carries the
-  description, hypothesis and prediction (see `candidate_message`);
-- a discarded candidate stays reachable under `refs/nightshift/<tag>/discarded/<id>` and the
-  branch goes back to the incumbent, so no diff is ever lost;
+- every candidate is one commit on top of the incumbent that changes only the target file;
+  its message carries the description, hypothesis and prediction (see `candidate_message`).
+  It is made with git's plumbing (no checkout, no hooks), so several candidates can be in
+  flight at once: each is held by `refs/nightshift/<tag>/pending/<id>` while it is measured,
+  and the branch stays at the incumbent;
+- a kept candidate becomes the branch head (a fast-forward); a discarded one moves to
+  `refs/nightshift/<tag>/discarded/<id>`, so no diff is ever lost;
 - runs never see the live worktree: `snapshot` exports a commit's tree into a read-only folder;
 - the worktree belongs to Nightshift: opening a workspace discards uncommitted edits in it.
 
@@ -196,47 +199,103 @@ class Workspace:
 
     def discarded_refs(self) -> dict[str, str]:
         """Experiment id -> sha of every candidate discarded on this tag."""
-        prefix = f"refs/nightshift/{self.tag}/discarded/"
+        return self._refs("discarded")
+
+    def pending_refs(self) -> dict[str, str]:
+        """Experiment id -> sha of every candidate committed and not yet kept or discarded."""
+        return self._refs("pending")
+
+    def _refs(self, kind: str) -> dict[str, str]:
+        prefix = f"refs/nightshift/{self.tag}/{kind}/"
         out = _git(self._main, "for-each-ref", "--format=%(objectname) %(refname)", prefix)
         found = (line.split(" ", 1) for line in out.splitlines() if line)
         return {ref[len(prefix):]: sha for sha, ref in found}
 
     # ---- changing the branch ----
 
-    def commit_candidate(self, target: str, source: str, message: str) -> str:
-        """Write `target` in the worktree and commit only that file; return the commit's sha.
+    def commit_candidate(self, target: str, source: str, message: str, *,
+                         parent: str | None = None, name: str | None = None) -> str:
+        """Commit `source` as `target` on top of `parent` (default: the branch head), changing
+        only that file, and hold it under refs/nightshift/<tag>/pending/<name>; return its sha.
 
-        The commit is authored by Nightshift whatever the user's git config says. Raises
-        WorkspaceError if `source` equals the file at the branch head (nothing to commit).
+        The branch and the worktree do not move: candidates wait side by side until `keep`
+        or `discard`. The commit is authored by Nightshift whatever the user's git config
+        says, and no hook runs. Raises WorkspaceError when `source` equals the file at
+        `parent` (nothing to commit), or when the target, or a folder above it, is a
+        symbolic link in the repository (an edit through it would land outside the file).
         """
         rel = _relative(target)
-        file = self.path / rel
-        file.parent.mkdir(parents=True, exist_ok=True)
-        file.write_bytes(source.encode("utf-8"))  # bytes: no newline translation
-        _git(self._tree, "add", "--force", "--", rel)  # --force: commit even if git-ignored
-        if not _git(self._tree, "status", "--porcelain", "--", rel):
-            raise WorkspaceError(f"{rel} is unchanged from the branch head; nothing to commit")
-        _git(self._tree, "commit", "--quiet", "--no-verify", "--no-gpg-sign",
-             "--cleanup=whitespace", "-m", message, "--", rel, env=_IDENTITY_ENV)
-        return self.head()
+        parent = self.resolve(parent or f"refs/heads/{self.branch}")
+        entries = self._tree_entries(parent, rel)
+        for path, (mode, _) in entries.items():
+            if mode == "120000":
+                raise WorkspaceError(f"{path} is a symbolic link at {parent[:12]}; the target must "
+                                     f"be a regular file of the repository (edit what it points to "
+                                     f"as the target instead)")
+        mode, old_blob = entries.get(rel, ("100644", None))
+        with tempfile.TemporaryDirectory(prefix="nightshift-commit-") as tmp:
+            draft = Path(tmp) / "draft"
+            draft.write_bytes(source.encode("utf-8"))     # bytes: no newline translation
+            blob = _git(self._main, "hash-object", "-w", "--no-filters", str(draft)).strip()
+            if blob == old_blob:
+                raise WorkspaceError(f"{rel} is unchanged from {parent[:12]}; nothing to commit")
+            index = {"GIT_INDEX_FILE": os.path.join(tmp, "index")}
+            _git(self._main, "read-tree", parent, env=index)
+            _git(self._main, "update-index", "--add", "--cacheinfo", f"{mode},{blob},{rel}", env=index)
+            tree = _git(self._main, "write-tree", env=index).strip()
+        message = "\n".join(line.rstrip() for line in message.strip().splitlines()) + "\n"
+        sha = _git(self._main, "commit-tree", tree, "-p", parent, "-m", message,
+                   env=_IDENTITY_ENV).strip()
+        if name is not None:
+            self.hold(sha, name)
+        return sha
+
+    def _tree_entries(self, commit: str, rel: str) -> dict[str, tuple[str, str]]:
+        """path -> (mode, object) at `commit` for `rel` and every folder above it that exists."""
+        parts = PurePosixPath(rel).parts
+        paths = ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+        out = _git(self._main, "ls-tree", "-z", commit, "--", *paths, raw=True).decode("utf-8")
+        found = {}
+        for record in filter(None, out.split("\0")):
+            meta, path = record.split("\t", 1)
+            mode, _, obj = meta.split(" ")
+            found[path] = (mode, obj)
+        return found
 
     def reset_to(self, sha: str) -> None:
         """Hard-reset the branch and its worktree to `sha`."""
         _git(self._tree, "reset", "--hard", "--quiet", self.resolve(sha))
 
-    def keep(self, sha: str) -> None:
-        """Make `sha` the branch head: it normally already is; fast-forward if it descends."""
+    def keep(self, sha: str, name: str | None = None) -> None:
+        """Make `sha` the branch head (a fast-forward: it must descend from the head) and
+        release its pending ref `name`. Idempotent."""
         sha, head = self.resolve(sha), self.head()
-        if sha == head:
-            return
-        if not self._main.is_ancestor(head, sha):
-            raise WorkspaceError(f"cannot keep {sha[:12]}: it does not descend from the branch "
-                                 f"head {head[:12]} of {self.branch}")
-        self.reset_to(sha)
+        if sha != head:
+            if not self._main.is_ancestor(head, sha):
+                raise WorkspaceError(f"cannot keep {sha[:12]}: it does not descend from the branch "
+                                     f"head {head[:12]} of {self.branch}")
+            self.reset_to(sha)
+        if name is not None:
+            self.release(name)
+
+    def hold(self, sha: str, name: str) -> None:
+        """Hold candidate `sha` under refs/nightshift/<tag>/pending/<name> (it is measured)."""
+        validate_component(name, "experiment id")
+        _git(self._main, "update-ref", "-m", "nightshift candidate",
+             f"refs/nightshift/{self.tag}/pending/{name}", self.resolve(sha))
+
+    def release(self, name: str) -> None:
+        """Drop the pending ref `name` (its candidate was kept, discarded or superseded)."""
+        validate_component(name, "experiment id")
+        _git(self._main, "update-ref", "-d", f"refs/nightshift/{self.tag}/pending/{name}", check=False)
+
+    def is_ancestor(self, ancestor: str, descendant: str) -> bool:
+        return self._main.is_ancestor(self.resolve(ancestor), self.resolve(descendant))
 
     def discard(self, sha: str, experiment_id: str, incumbent: str) -> None:
-        """Keep `sha` under refs/nightshift/<tag>/discarded/<id>, then reset the branch to
-        `incumbent`. Idempotent; refuses to move a branch whose head is neither of the two."""
+        """Keep `sha` under refs/nightshift/<tag>/discarded/<id> and release its pending ref;
+        the branch stays at (or, if it held the candidate, goes back to) `incumbent`.
+        Idempotent; refuses to move a branch whose head is neither of the two."""
         validate_component(experiment_id, "experiment id")
         sha, incumbent = self.resolve(sha), self.resolve(incumbent)
         ref = f"refs/nightshift/{self.tag}/discarded/{experiment_id}"
@@ -246,6 +305,7 @@ class Workspace:
         elif existing != sha:
             raise WorkspaceError(f"{ref} already points at {existing[:12]}, not {sha[:12]}; "
                                  f"experiment ids must be unique within a tag")
+        self.release(experiment_id)
         head = self.head()
         if head == incumbent:
             return

@@ -13,7 +13,8 @@ import pytest
 from agent.record import load
 from agent.record.events import (EVENT_TYPES, REPLAY_TYPES, Decision, DecisionMade, Event,
                                  ExperimentInvalid, ExperimentProposed, HypothesisQueued,
-                                 LoopResumed, LoopStarted, LoopStopped, Prediction, ReplayCommit,
+                                 LookTaken, LoopResumed, LoopStarted, LoopStopped, Prediction,
+                                 ProposalRebased, ReplayCommit,
                                  ReplayRun, ReplaySummary, Role, RunFinished, RunStarted, Score,
                                  Usage, Verdict, parse_event)
 from agent.record.ledger import read_events
@@ -44,11 +45,16 @@ ONE_OF_EACH: list[Event] = [
                        usage=Usage(input_tokens=10, output_tokens=5, usd=0.01, calls=2)),
     ExperimentInvalid(id="e0002", parent="b" * 40, reason="does not parse", diff="-x\n+x(\n",
                       prediction=PREDICTION),
-    RunStarted(run_id="r1", commit="c" * 40, seed=2000, role=Role.CANDIDATE, experiment="e0001"),
+    ProposalRebased(id="e0004", proposed_on="b" * 40, onto="c" * 40, outcome="rebased",
+                    source="e0002"),
+    RunStarted(run_id="r1", commit="c" * 40, seed=2000, role=Role.CANDIDATE, experiment="e0001",
+               worker=3, device="cuda:3"),
     RunFinished(run_id="r1", commit="c" * 40, seed=2000, role=Role.CANDIDATE, experiment="e0001",
                 status=Status.OK, metric=1.9, metrics={"steps": 10, "grad_norm": 0.5},
                 duration_s=61.2, peak_memory_mb=900.0, exit_code=0, log="runs/r1/log.txt",
-                log_tail="---\nval_bpb: 1.9", backend="local", env_fingerprint="abc"),
+                log_tail="---\nval_bpb: 1.9", backend="local", env_fingerprint="abc", worker=3,
+                device="cuda:3", node="10.0.0.7", started=1.7e9, ended=1.7e9 + 61.2),
+    LookTaken(id="e0001", seeds=1, reason="promising: p=0.1 at look 1 of 8"),
     DecisionMade(id="e0001", commit="c" * 40, incumbent="b" * 40, verdict=Verdict.KEEP,
                  reason="significant", decision=DECISION, score=SCORE),
     DecisionMade(id="e0003", commit="d" * 40, incumbent="c" * 40, verdict=Verdict.CRASH,
@@ -79,7 +85,7 @@ def test_every_event_round_trips_through_json(event):
 
 
 def test_a_decision_is_a_record_not_a_nested_dict():
-    event = ONE_OF_EACH[8]
+    event = next(e for e in ONE_OF_EACH if isinstance(e, DecisionMade))
     assert (event.effect, event.interval, event.p_value, event.seeds) == \
         (0.03, (0.01, 0.05), 0.002, (2000, 2001))
     assert event.score.covered and event.verdict is Verdict.KEEP

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.workspace.gate import GateResult, check_changes, check_edit, check_source, digest_files, tampered
+from agent.workspace.gate import GateResult, check_changes, check_edit, check_source
+from sandbox.digest import digest_files, tampered
 from agent.workspace.repo import Workspace
 
 TARGET = "train/train.py"

@@ -76,7 +76,9 @@ def test_users_checkout_is_never_touched(repo: Path, tmp_path: Path) -> None:
 
 
 def test_resume_continues_at_branch_head_and_drops_uncommitted_edits(repo: Path) -> None:
-    sha = open_ws(repo).commit_candidate(TARGET, "LR = 0.2\n", "try 0.2")
+    ws = open_ws(repo)
+    sha = ws.commit_candidate(TARGET, "LR = 0.2\n", "try 0.2", name="e1")
+    ws.keep(sha, "e1")
     (repo / "results/night1/worktree" / TARGET).write_text("half-written by a crash")
 
     again = open_ws(repo)
@@ -84,9 +86,40 @@ def test_resume_continues_at_branch_head_and_drops_uncommitted_edits(repo: Path)
     assert (again.path / TARGET).read_text() == "LR = 0.2\n"
 
 
+def test_candidates_wait_side_by_side_under_pending_refs(repo: Path) -> None:
+    ws = open_ws(repo)
+    incumbent = ws.head()
+    first = ws.commit_candidate(TARGET, "LR = 0.2\n", "first", name="e1")
+    second = ws.commit_candidate(TARGET, "LR = 0.3\n", "second", name="e2")
+    assert ws.head() == incumbent                     # the branch waits at the incumbent
+    assert (ws.path / TARGET).read_text() == "LR = 0.1\nprint('train')\n"
+    assert ws.parent(first) == ws.parent(second) == incumbent
+    assert ws.pending_refs() == {"e1": first, "e2": second}
+    assert ws.changed_paths(incumbent, second) == [TARGET]
+    ws.discard(first, "e1", incumbent)
+    ws.keep(second, "e2")
+    assert ws.pending_refs() == {} and ws.discarded_refs() == {"e1": first}
+    assert ws.head() == second and (ws.path / TARGET).read_text() == "LR = 0.3\n"
+
+
+def test_a_symlinked_target_is_refused_before_anything_is_written(repo: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "outside.py"
+    outside.write_text("SECRET = 1\n")
+    (repo / "link.py").symlink_to(outside)
+    (repo / "linked").symlink_to(repo / "train")
+    git(repo, "add", "link.py", "linked")
+    git(repo, "commit", "-qm", "links")
+    ws = open_ws(repo)
+    for target in ("link.py", "linked/train.py"):
+        with pytest.raises(WorkspaceError, match="symbolic link"):
+            ws.commit_candidate(target, "SECRET = 2\n", "through the link")
+    assert outside.read_text() == "SECRET = 1\n" and ws.pending_refs() == {}
+
+
 def test_deleted_worktree_folder_is_recreated(repo: Path) -> None:
     ws = open_ws(repo)
     sha = ws.commit_candidate(TARGET, "LR = 0.2\n", "try 0.2")
+    ws.keep(sha)
     shutil.rmtree(ws.path)
 
     again = open_ws(repo)
@@ -96,7 +129,10 @@ def test_deleted_worktree_folder_is_recreated(repo: Path) -> None:
 
 
 def test_moved_repository_reconnects_its_worktree(repo: Path, tmp_path: Path) -> None:
-    sha = open_ws(repo).commit_candidate(TARGET, "LR = 0.2\n", "try 0.2")
+    ws = open_ws(repo)
+    sha = ws.commit_candidate(TARGET, "LR = 0.2\n", "try 0.2")
+    ws.keep(sha)
+    ws.close()
     moved = tmp_path / "moved"
     repo.rename(moved)
 
@@ -111,6 +147,7 @@ def test_two_tags_side_by_side(repo: Path) -> None:
     sha_a = a.commit_candidate(TARGET, "LR = 0.2\n", "a's idea")
     sha_b = b.commit_candidate(TARGET, "LR = 0.9\n", "b's idea")
     a.discard(sha_a, "e1", a.parent(sha_a))
+    b.keep(sha_b)
 
     assert b.head() == sha_b and a.head() == b.parent(sha_b)
     assert a.discarded_refs() == {"e1": sha_a} and b.discarded_refs() == {}
@@ -189,7 +226,9 @@ def test_unchanged_source_is_not_committed(repo: Path) -> None:
 def test_read_keeps_the_exact_text_and_reports_missing_files(repo: Path) -> None:
     ws = open_ws(repo)
     base = ws.head()
-    ws.commit_candidate(TARGET, "LR = 0.2\n\n\n", "trailing newlines")
+    sha = ws.commit_candidate(TARGET, "LR = 0.2\n\n\n", "trailing newlines")
+    assert ws.read(TARGET, sha) == "LR = 0.2\n\n\n"
+    ws.keep(sha)
     assert ws.read(TARGET) == "LR = 0.2\n\n\n"
     assert ws.read(TARGET, base) == "LR = 0.1\nprint('train')\n"
     with pytest.raises(FileNotFoundError, match="nope.py"):
@@ -219,7 +258,9 @@ def test_discard_refuses_to_move_an_unrelated_head_or_reuse_an_id(repo: Path) ->
     ws = open_ws(repo)
     incumbent = ws.head()
     first = ws.commit_candidate(TARGET, "LR = 0.2\n", "first")
+    ws.keep(first)
     second = ws.commit_candidate(TARGET, "LR = 0.3\n", "second")
+    ws.keep(second)
     with pytest.raises(WorkspaceError, match="neither"):
         ws.discard(first, "e1", incumbent)
     assert ws.head() == second

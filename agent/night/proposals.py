@@ -1,0 +1,104 @@
+"""The researcher's own thread: proposals are prepared while runs train.
+
+Every call to the researcher (`propose`, and `observe` after a decision) goes through one
+thread, in the order asked, so a researcher never sees two calls at once (unless it says it
+can take more: `Researcher.concurrency`) and its state (an Optuna study, a cost meter) needs
+no locks. The loop asks for a proposal with the context of the moment; the answer arrives on
+the loop's event queue as a `Ready` item, which records the incumbent the researcher saw, so
+the loop can tell whether it must be rebased before it runs.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from agent.researchers import (Outcome, Proposal, ProposalRejected, ResearchContext, Researcher,
+                               ResearcherError)
+
+
+@dataclass
+class Ready:
+    """A finished call to `propose`: a proposal, or why there is none."""
+
+    context: ResearchContext              # what the researcher was shown
+    proposal: Proposal | None = None
+    rejected: ProposalRejected | None = None
+    error: ResearcherError | None = None  # the researcher cannot go on: stop the night
+    source_experiment: str | None = None  # set when this re-applies a superseded candidate
+    attempts: int = 1                     # how often this index was asked (conflicts ask again)
+
+    @property
+    def proposed_on(self) -> str:
+        return self.context.incumbent_commit
+
+
+@dataclass
+class ProposalThread:
+    """Runs researcher calls one at a time in a daemon thread; results go to `deliver`."""
+
+    researcher: Researcher
+    deliver: Callable[[Ready], None]
+    _calls: "queue.Queue[tuple[str, Any] | None]" = field(default_factory=queue.Queue)
+    _preparing: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _thread: threading.Thread | None = None
+
+    @property
+    def preparing(self) -> int:
+        """Proposals asked for and not delivered yet."""
+        with self._lock:
+            return self._preparing
+
+    @property
+    def capacity(self) -> int:
+        """How many proposals may be in preparation at once."""
+        return max(1, int(getattr(self.researcher, "concurrency", 1)))
+
+    def propose(self, context: ResearchContext, attempts: int = 1) -> None:
+        with self._lock:
+            self._preparing += 1
+        self._put(("propose", (context, attempts)))
+
+    def observe(self, proposal: Proposal, outcome: Outcome) -> None:
+        self._put(("observe", (proposal, outcome)))
+
+    def stop(self) -> None:
+        """No more calls; a call in progress finishes in the background (the thread is a
+        daemon: a slow API call never holds up Ctrl-C, and its answer is dropped)."""
+        self._calls.put(None)
+
+    def _put(self, call: tuple[str, Any]) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._serve, name="nightshift-researcher",
+                                            daemon=True)
+            self._thread.start()
+        self._calls.put(call)
+
+    def _serve(self) -> None:
+        while True:
+            call = self._calls.get()
+            if call is None:
+                return
+            kind, args = call
+            if kind == "observe":
+                try:
+                    self.researcher.observe(*args)
+                except Exception:   # learning from an outcome must never end a night
+                    pass
+                continue
+            context, attempts = args
+            ready = Ready(context=context, attempts=attempts)
+            try:
+                ready.proposal = self.researcher.propose(context)
+            except ProposalRejected as rejected:
+                ready.rejected = rejected
+            except ResearcherError as error:
+                ready.error = error
+            except Exception as error:   # a researcher bug: stop the night with its message
+                ready.error = ResearcherError(f"the {self.researcher.name} researcher failed: "
+                                              f"{type(error).__name__}: {error}")
+            with self._lock:
+                self._preparing -= 1
+            self.deliver(ready)

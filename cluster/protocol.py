@@ -1,0 +1,86 @@
+"""The workers protocol: slots, jobs, outcomes, and what a backend must do with them."""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from sandbox import RunResult, RunSpec
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One worker: runs one job at a time, on its own device."""
+
+    index: int
+    device: str                              # "cuda:2", "cpu:0-3" (its cores), "cpu" (all), "ray"
+    gpu: int | None = None                   # the GPU its runs see (CUDA_VISIBLE_DEVICES)
+    cpuset: tuple[int, ...] | None = None    # the cores its runs may use; None = all
+
+
+@dataclass(frozen=True)
+class Job:
+    """One run to execute: the sandbox's spec (paths as on the harness's machine), and the
+    snapshot-relative paths whose digests must not change while it runs."""
+
+    run_id: str
+    spec: RunSpec
+    protected: tuple[str, ...] = ()
+    label: str = ""
+
+
+@dataclass
+class Outcome:
+    """How a job ended, as the harness records it."""
+
+    run_id: str
+    slot: int
+    result: RunResult | None                 # None when the job could not run at all
+    tampered: list[str] = field(default_factory=list)   # protected paths that changed
+    node: str | None = None                  # the cluster node it ran on, if not this machine
+    environment: dict[str, Any] | None = None   # that node's facts (None: this machine's)
+    started: float = 0.0                     # wall clock (epoch seconds) around the run
+    ended: float = 0.0
+    error: str | None = None                 # why it could not run (sandbox unavailable, ...)
+
+
+OnOutput = Callable[[str, str], None]        # (run_id, line)
+OnDone = Callable[[Outcome], None]
+
+
+class Workers(ABC):
+    """Runs jobs on slots, side by side, and reports each outcome to `on_done` (from a
+    thread of its own: the callback must only hand the outcome over, e.g. to a queue).
+
+    Contract: `submit` returns at once; every submitted job produces exactly one Outcome,
+    also when cancelled (an INTERRUPTED result) or when it could not start (`error`);
+    `cancel(run_id)` and `cancel_all()` make the runs end within seconds; `close()` returns
+    once nothing runs any more. A job never outlives the harness (see the sandbox contract).
+    """
+
+    name: str = "abstract"
+    slots: list[Slot]
+
+    @abstractmethod
+    def submit(self, slot: Slot, job: Job, on_output: OnOutput | None = None) -> None:
+        ...
+
+    @abstractmethod
+    def cancel(self, run_id: str) -> None:
+        ...
+
+    def cancel_all(self) -> None:
+        for run_id in list(self.running()):
+            self.cancel(run_id)
+
+    @abstractmethod
+    def running(self) -> dict[str, Slot]:
+        """run_id -> slot of every job submitted and not reported yet."""
+
+    def close(self) -> None:
+        """Release what the backend holds (threads, connections)."""
+
+    def describe(self) -> dict[str, Any]:
+        """Facts for the ledger: the backend, its slots, where they run."""
+        return {"cluster": self.name, "workers": len(self.slots),
+                "devices": [slot.device for slot in self.slots]}
