@@ -44,6 +44,11 @@ class Outcome:
     error: str | None = None                 # why it could not run (sandbox unavailable, ...)
 
 
+class ClusterUnavailable(RuntimeError):
+    """The workers cannot be had (no cluster at the address, Ray not installed). The message
+    says the fix."""
+
+
 OnOutput = Callable[[str, str], None]        # (run_id, line)
 OnDone = Callable[[Outcome], None]
 

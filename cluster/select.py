@@ -1,6 +1,8 @@
 """Choosing where runs execute, by name: `local` (this machine's workers) or `ray`."""
 from __future__ import annotations
 
+from typing import Any, Callable
+
 from cluster.devices import auto_workers, plan_slots, usable_cores, visible_gpus
 from cluster.protocol import OnDone, Workers
 from sandbox import Runner
@@ -9,12 +11,16 @@ CLUSTERS = ("local", "ray")   # the first is the default
 
 
 def make_workers(name: str, *, runner: Runner, sandbox: str, image: str, workers: int | None,
-                 on_done: OnDone, address: str | None = None,
-                 gpus: list[int] | None = None) -> Workers:
-    """The workers called `name`: `workers` slots (None: one per visible GPU, else one).
+                 on_done: OnDone, address: str | None = None, gpus: list[int] | None = None,
+                 cpus_per_run: float | None = None,
+                 facts: Callable[[], dict[str, Any]] | None = None) -> Workers:
+    """The workers called `name`: `workers` slots (None: one per visible GPU, else one; on
+    Ray, one per GPU of the cluster, else one per node).
 
     `runner` runs local jobs; a Ray cluster builds the `sandbox` backend (with `image`) on
-    the node each run lands on. `gpus` overrides the GPUs found on this machine (tests)."""
+    the node each run lands on, asks `cpus_per_run` CPUs per run (default 1) and reports the
+    node's `facts()` (its environment, for provenance). `gpus` overrides the GPUs found on
+    this machine (tests)."""
     if name == "local":
         from cluster.local import LocalWorkers
 
@@ -25,5 +31,5 @@ def make_workers(name: str, *, runner: Runner, sandbox: str, image: str, workers
         from cluster.ray_cluster import RayWorkers   # `pip install -e '.[ray]'`; only when chosen
 
         return RayWorkers(address=address, sandbox=sandbox, image=image, workers=workers,
-                          on_done=on_done)
+                          on_done=on_done, cpus_per_run=cpus_per_run or 1.0, facts=facts)
     raise ValueError(f"unknown cluster {name!r}; choose one of {', '.join(CLUSTERS)}")

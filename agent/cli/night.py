@@ -52,6 +52,7 @@ def run(
     from agent.night.loop import LoopError, StopRules
     from agent.night.session import build_session, default_tag
     from agent.researchers import ResearcherError
+    from cluster.protocol import ClusterUnavailable
     from sandbox import SandboxUnavailable
 
     prog = load(program, {"budget": budget, "researcher": researcher, "sandbox": sandbox,
@@ -63,7 +64,7 @@ def run(
     try:
         session = build_session(prog, tag, researcher=prog.researcher, sandbox=prog.sandbox,
                                 observer=observer, script=script, seed=seed)
-    except SandboxUnavailable as error:
+    except (SandboxUnavailable, ClusterUnavailable) as error:
         raise fail(str(error), ExitCode.LOOP) from None
     except (ValueError, ResearcherError, RuntimeError) as error:
         raise fail(str(error)) from None

@@ -115,10 +115,15 @@ class ResearchLoop:
     executor: RunExecutor
     researcher: Researcher
     rule: DecisionRule
-    make_workers: Callable[[OnDone], Workers]
+    make_workers: Callable[[OnDone], Workers]    # called once: where this night's runs execute
     observer: Observer = field(default_factory=QuietObserver)
     facts: dict[str, Any] = field(default_factory=dict)   # recorded with loop_started/resumed
     overlap: bool = True          # the researcher prepares proposals while runs train
+
+    def __post_init__(self) -> None:
+        self._events: queue.Queue = queue.Queue()
+        self._wake = threading.Event()          # set whenever an event is queued
+        self.workers = self.make_workers(lambda outcome: self._queue("run", outcome))
 
     @property
     def state(self) -> LoopState:
@@ -130,8 +135,6 @@ class ResearchLoop:
     def run(self, stop: StopRules) -> str:
         """Run until a stop rule holds. Returns the reason it stopped. Ctrl-C propagates
         after every run in flight was stopped and recorded and the ledger is closed."""
-        self._events: queue.Queue = queue.Queue()
-        self._wake = threading.Event()          # set whenever an event is queued
         self._stop_rules = stop
         self._running: dict[str, tuple[Job, RunRequest, Slot]] = {}
         self._asked: dict[str, RunMore] = {}
@@ -141,7 +144,6 @@ class ResearchLoop:
         self._researcher_error: ResearcherError | None = None
         self._decided_here = 0
         self._baseline_checked = False          # the first baseline's verdict was given
-        self.workers = self.make_workers(lambda outcome: self._queue("run", outcome))
         self.proposals = ProposalThread(self.researcher, lambda ready: self._queue("proposal", ready))
         try:
             self._start()

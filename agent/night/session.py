@@ -15,6 +15,7 @@ from agent.night.loop import Observer, ResearchLoop
 from agent.night.runs import RunExecutor, RunPlan
 from agent.program import Program
 from agent.record.ledger import Ledger
+from agent.record.provenance import environment
 from agent.record.summary import experiment_detail
 from agent.workspace.repo import Workspace
 from cluster.protocol import OnDone, Workers
@@ -79,7 +80,8 @@ def build_session(program: Program, tag: str, *, researcher: str, sandbox: str,
     def workers(on_done: OnDone) -> Workers:
         return make_workers(program.cluster, runner=runner, sandbox=runner.name,
                             image=program.image, workers=program.workers, on_done=on_done,
-                            address=program.cluster_address, gpus=gpus)
+                            address=program.cluster_address, gpus=gpus,
+                            cpus_per_run=program.limits.cpus, facts=environment)
     facts: dict[str, Any] = {
         "researcher": chosen.name, "researcher_why": researcher_why, "sandbox": runner.name,
         "sandbox_why": sandbox_why, "sandbox_facts": runner.describe(), "rule": rule.name,

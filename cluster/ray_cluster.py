@@ -1,0 +1,265 @@
+"""Workers on a Ray cluster: each run is a Ray task, sandboxed on the node it lands on.
+
+    nightshift run --cluster ray                  # the cluster at $RAY_ADDRESS
+    nightshift run --cluster ray --cluster-address 10.0.0.5:6379 --workers 16
+
+`pip install -e '.[ray]'` on the head and on every node (the task imports `sandbox` and
+`cluster` there, and the sandbox backend, local or docker, must work on each node). What
+travels, and how:
+- the snapshot of the commit: a tarball in Ray's object store, put once per commit and
+  unpacked read-only into a scratch folder on the node;
+- the data: used in place when the node sees the same folder (a shared filesystem), else a
+  tarball put once per night and unpacked once per node (cached by its digest);
+- back to the head: the run's result (status, metric, metrics), its log, its out folder
+  (what `keep` would keep: small files), the protected files' digests before and after, the
+  node's environment for provenance, and the node's address.
+Each task asks for one GPU on GPU clusters (`num_gpus=1`; the sandbox sees the one Ray
+assigned), else one CPU (program.md `limits.cpus` for more). Ctrl-C or a crash of the harness
+cancels the tasks: `ray.cancel` interrupts a run (the sandbox kills its tree), and Ray kills
+the tasks of a driver that died, whose sandboxes die with them (the sandbox contract).
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import os
+import shutil
+import socket
+import stat
+import tarfile
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from cluster.execute import execute
+from cluster.protocol import ClusterUnavailable, Job, OnDone, OnOutput, Outcome, Slot, Workers
+from sandbox import RunResult, Status
+
+MAX_OUT_BYTES = 50 * 2**20     # what comes back of a run's out folder (checkpoints stay behind)
+WAIT_S = 0.5
+
+
+def _pack(folder: Path, limit: int | None = None) -> bytes:
+    """A tarball of `folder`'s regular files (links and oversized files left out)."""
+    buffer, total = io.BytesIO(), 0
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for path in sorted(Path(folder).rglob("*")):
+            if path.is_symlink() or not path.is_file():
+                continue
+            size = path.stat().st_size
+            if limit is not None and total + size > limit:
+                continue
+            total += size
+            tar.add(path, arcname=str(path.relative_to(folder)), recursive=False)
+    return buffer.getvalue()
+
+
+def _unpack(data: bytes, folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r") as tar:
+        tar.extractall(folder, filter="data")
+
+
+def _read_only(root: Path) -> None:
+    for current, dirs, files in os.walk(root, topdown=False):
+        for name in files:
+            path = os.path.join(current, name)
+            os.chmod(path, 0o555 if os.stat(path).st_mode & stat.S_IXUSR else 0o444)
+        for name in dirs:
+            os.chmod(os.path.join(current, name), 0o555)
+    os.chmod(root, 0o555)
+
+
+def _remove(root: Path) -> None:
+    for current, dirs, _ in os.walk(root):
+        os.chmod(current, 0o755)
+        for name in dirs:
+            os.chmod(os.path.join(current, name), 0o755)
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _node_data(data_dir: str, tarball: bytes | None, digest: str) -> Path:
+    """The data folder on this node: the head's path when it is here, else the shipped copy."""
+    if Path(data_dir).is_dir():
+        return Path(data_dir)
+    cache = Path(tempfile.gettempdir()) / "nightshift-ray-data" / digest
+    if not (cache / ".complete").exists():
+        staging = cache.with_name(f".{digest}.{os.getpid()}")
+        _unpack(tarball or b"", staging)
+        (staging / ".complete").write_text(digest)
+        try:
+            staging.rename(cache)
+        except OSError:      # another run on this node unpacked it first
+            _remove(staging)
+    return cache
+
+
+def run_on_node(job: Job, slot_index: int, sandbox: str, image: str, snapshot: bytes,
+                data: bytes | None, data_digest: str,
+                facts: Callable[[], dict[str, Any]] | None) -> dict[str, Any]:
+    """The Ray task: one run of `job` in the `sandbox` backend of this node."""
+    import ray
+
+    from sandbox.select import make_runner
+
+    work = Path(tempfile.mkdtemp(prefix="nightshift-ray-"))
+    try:
+        snapshot_dir = work / "snapshot"
+        _unpack(snapshot, snapshot_dir)
+        _read_only(snapshot_dir)
+        out_dir = work / "run" / "out"
+        out_dir.mkdir(parents=True)
+        spec = dataclasses.replace(job.spec, snapshot_dir=snapshot_dir, out_dir=out_dir,
+                                   data_dir=_node_data(str(job.spec.data_dir), data, data_digest))
+        gpus = [int(g) for g in ray.get_gpu_ids()]
+        slot = Slot(slot_index, f"cuda:{gpus[0]}" if gpus else "cpu", gpu=gpus[0] if gpus else None)
+        runner, _ = make_runner(sandbox, image=image)
+        stop = threading.Event()
+        try:
+            outcome = execute(runner, dataclasses.replace(job, spec=spec), slot, stop)
+        except KeyboardInterrupt as interrupt:   # ray.cancel: the sandbox has killed the tree
+            result = getattr(interrupt, "run_result", None)
+            outcome = Outcome(job.run_id, slot_index, result, error="cancelled")
+        # two nodes may share an address (a test cluster on one machine): add the node's id
+        outcome.node = f"{ray.util.get_node_ip_address()}/{ray.get_runtime_context().get_node_id()[:8]}"
+        outcome.environment = facts() if facts else None
+        log = b""
+        if outcome.result is not None and Path(outcome.result.log_path).exists():
+            log = Path(outcome.result.log_path).read_bytes()
+        return {"outcome": outcome, "out": _pack(out_dir, MAX_OUT_BYTES), "log": log,
+                "host": socket.gethostname()}
+    finally:
+        _remove(work)
+
+
+class RayWorkers(Workers):
+    name = "ray"
+
+    def __init__(self, *, address: str | None, sandbox: str, image: str, workers: int | None,
+                 on_done: OnDone, cpus_per_run: float = 1.0,
+                 facts: Callable[[], dict[str, Any]] | None = None) -> None:
+        try:
+            import ray
+        except ImportError as error:
+            raise ClusterUnavailable("the Ray backend needs Ray: pip install -e '.[ray]'") from error
+        address = address or os.environ.get("RAY_ADDRESS")
+        if not address:
+            raise ClusterUnavailable("no Ray cluster given: set RAY_ADDRESS or pass "
+                                     "--cluster-address HOST:PORT (`ray start --head` prints it)")
+        try:
+            ray.init(address=address, ignore_reinit_error=True, log_to_driver=False,
+                     logging_level="WARNING")
+        except Exception as error:
+            raise ClusterUnavailable(f"cannot reach the Ray cluster at {address}: {error}") from error
+        self._ray = ray
+        resources = ray.cluster_resources()
+        self.gpus = int(resources.get("GPU", 0))
+        nodes = [n for n in ray.nodes() if n.get("Alive")]
+        count = workers or self.gpus or len(nodes) or 1
+        self.slots = [Slot(i, "ray") for i in range(count)]
+        self.address, self.sandbox, self.image, self.on_done, self.facts = address, sandbox, image, on_done, facts
+        self._options = {"num_gpus": 1, "num_cpus": 1} if self.gpus else {"num_cpus": cpus_per_run}
+        self._task = ray.remote(max_retries=0)(run_on_node)
+        self._lock = threading.Lock()
+        self._refs: dict[str, tuple[Any, Slot, Job, float]] = {}   # run_id -> (ref, slot, job, submitted)
+        self._snapshots: dict[Path, Any] = {}
+        self._data: tuple[Any, str] | None = None
+        self._closing = threading.Event()
+        self._waiter = threading.Thread(target=self._wait_loop, name="nightshift-ray", daemon=True)
+        self._waiter.start()
+
+    def submit(self, slot: Slot, job: Job, on_output: OnOutput | None = None) -> None:
+        snapshot = self._snapshot_ref(job.spec.snapshot_dir)
+        data, digest = self._data_ref(job.spec.data_dir)
+        limits = dataclasses.replace(job.spec.limits, cpuset=None, gpu=None)   # the node's to pick
+        job = dataclasses.replace(job, spec=dataclasses.replace(job.spec, limits=limits))
+        ref = self._task.options(**self._options).remote(job, slot.index, self.sandbox, self.image,
+                                                        snapshot, data, digest, self.facts)
+        with self._lock:
+            self._refs[job.run_id] = (ref, slot, job, time.time())
+
+    def cancel(self, run_id: str) -> None:
+        with self._lock:
+            entry = self._refs.get(run_id)
+        if entry is not None:
+            self._ray.cancel(entry[0])     # KeyboardInterrupt in the task: the sandbox cleans up
+
+    def running(self) -> dict[str, Slot]:
+        with self._lock:
+            return {run_id: slot for run_id, (_, slot, _, _) in self._refs.items()}
+
+    def close(self, timeout_s: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while self.running() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        self._closing.set()
+        for ref, _, _, _ in list(self._refs.values()):
+            self._ray.cancel(ref, force=True)
+
+    def describe(self) -> dict[str, Any]:
+        nodes = [n for n in self._ray.nodes() if n.get("Alive")]
+        return {**super().describe(), "sandbox": self.sandbox, "cluster_address": self.address,
+                "nodes": [n["NodeManagerAddress"] for n in nodes], "gpus": self.gpus}
+
+    # ---- the head's side ---------------------------------------------------------------------
+
+    def _snapshot_ref(self, folder: Path) -> Any:
+        with self._lock:
+            if folder not in self._snapshots:
+                self._snapshots[folder] = self._ray.put(_pack(folder))
+            return self._snapshots[folder]
+
+    def _data_ref(self, folder: Path) -> tuple[Any, str]:
+        with self._lock:
+            if self._data is None:
+                tarball = _pack(folder)
+                self._data = (self._ray.put(tarball), hashlib.sha256(tarball).hexdigest()[:16])
+            return self._data
+
+    def _wait_loop(self) -> None:
+        while not self._closing.is_set():
+            with self._lock:
+                refs = {entry[0]: run_id for run_id, entry in self._refs.items()}
+            if not refs:
+                time.sleep(WAIT_S / 5)
+                continue
+            done, _ = self._ray.wait(list(refs), num_returns=1, timeout=WAIT_S)
+            for ref in done:
+                run_id = refs[ref]
+                with self._lock:
+                    _, slot, job, submitted = self._refs.pop(run_id)
+                self.on_done(self._collect(ref, slot, job, submitted))
+
+    def _collect(self, ref: Any, slot: Slot, job: Job, submitted: float) -> Outcome:
+        """The task's answer, its log and out folder written where the head keeps them."""
+        try:
+            answer = self._ray.get(ref)
+        except Exception as error:   # cancelled, or the node died under it
+            cancelled = type(error).__name__ == "TaskCancelledError"
+            return _interrupted(job, slot, submitted) if cancelled else Outcome(
+                job.run_id, slot.index, None, error=f"the Ray task failed: {type(error).__name__}: {error}")
+        outcome: Outcome = answer["outcome"]
+        out_dir = job.spec.out_dir
+        _unpack(answer["out"], out_dir)
+        log_path = out_dir.parent / "log.txt"
+        log_path.write_bytes(answer["log"])
+        if outcome.result is not None:
+            outcome.result = dataclasses.replace(outcome.result, log_path=log_path)
+        outcome.slot = slot.index
+        return outcome
+
+
+def _interrupted(job: Job, slot: Slot, submitted: float) -> Outcome:
+    log = job.spec.out_dir.parent / "log.txt"
+    log.write_text("")
+    now = time.time()
+    iso = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(now))
+    result = RunResult(status=Status.INTERRUPTED, exit_code=None, metric=None, metrics={},
+                       duration_s=now - submitted, peak_memory_mb=None, log_path=log, log_tail="",
+                       backend="ray", started_at=iso, ended_at=iso,
+                       reason="cancelled on the cluster before it finished")
+    return Outcome(job.run_id, slot.index, result, started=submitted, ended=now)
+
