@@ -26,6 +26,7 @@ import yaml
 
 from agent.decide import fdr, rules
 from agent.decide.decision import RuleSettings, SeedPlan
+from agent.researchers import settings as llm
 from agent.researchers.knobs import DeclaredKnobError, KnobError, find_knobs, parse_space
 from agent.researchers.registry import RESEARCHER_NAMES, resolve_researcher_name
 from cluster.select import CLUSTERS
@@ -84,7 +85,8 @@ class Program:
     cluster_address: str | None = None   # a Ray cluster's address (default: $RAY_ADDRESS)
     limits: ResourceLimits = field(default_factory=ResourceLimits)
     image: str = "nightshift:latest"
-    claude: dict[str, Any] = field(default_factory=dict)  # validated by the claude researcher
+    claude: llm.ClaudeSettings = field(default_factory=llm.ClaudeSettings)
+    openai: llm.OpenAISettings = field(default_factory=llm.OpenAISettings)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe, attribute names as keys (budget_s, not budget), for the ledger."""
@@ -195,14 +197,6 @@ def _paths(value: Any) -> tuple[str, ...]:
     if not isinstance(items, list):
         raise _Invalid(f"expected a list of paths like [train/prepare.py], got {value!r}")
     return tuple(dict.fromkeys(_path(item) for item in items if item != ""))
-
-
-def _mapping(value: Any) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise _Invalid(f"expected a mapping like {{model: ..., max_usd: 5}}, got {value!r}")
-    return {str(key): item for key, item in value.items()}
 
 
 def _choice(*options: str) -> Parser:
@@ -366,13 +360,38 @@ def _record(cls: type, table: dict[str, tuple[str, Parser]],
             attr, parser = table[key]
             try:
                 kwargs[attr] = parser(item)
-            except _Invalid as bad:
-                raise _Invalid(str(bad), key=key) from None
+            except _Invalid as bad:   # a nested record's key stays in the name: prices.input
+                raise _Invalid(str(bad), key=f"{key}.{bad.key}" if bad.key else key) from None
         record = cls(**kwargs)
         if check:
             check(record)
         return record
     return parse
+
+
+def _field(spec: llm.Field) -> Parser:
+    """The parser of one researcher setting, from its declaration in researchers/settings.py."""
+    if spec.kind == "prices":
+        parser = _record(llm.Prices, _table(llm.PRICE_FIELDS))
+    elif spec.kind == "choice":
+        parser = _choice(*spec.choices)
+    else:
+        parser = {"text": _text, "int": _int, "number": _float}[spec.kind]
+        if spec.minimum is not None:
+            what = f"a{' whole' if spec.kind == 'int' else ''} number >= {spec.minimum:g}"
+            parser = _check(parser, lambda v, least=spec.minimum: v >= least, what)
+    return _optional(parser) if spec.optional else parser
+
+
+def _table(fields: dict[str, llm.Field]) -> dict[str, tuple[str, Parser]]:
+    return {key: (key, _field(spec)) for key, spec in fields.items()}
+
+
+def _cross_check(check: Callable[[Any], list[tuple[str, str]]]) -> Callable[[Any], None]:
+    def run(record: Any) -> None:
+        for key, message in check(record):
+            raise _Invalid(message, key=key)
+    return run
 
 
 def _seed_check(plan: SeedPlan) -> None:
@@ -386,6 +405,8 @@ _RECORDS: dict[str, dict[str, tuple[str, Parser]]] = {
     "full_scale": {"budget": ("budget_s", _budget), "seeds": ("seeds", _count)},
     "limits": {"memory": ("memory_mb", parse_memory), "pids": ("pids", _count),
                "cpus": ("cpus", _optional(_check(_float, lambda c: c > 0, "a positive number")))},
+    "claude": _table(llm.CLAUDE_FIELDS),
+    "openai": _table(llm.OPENAI_FIELDS),
 }
 _seed_plan = _record(SeedPlan, _RECORDS["seeds"], _seed_check)
 
@@ -420,7 +441,8 @@ _FIELDS: dict[str, tuple[str, Parser]] = {
     "overlap": ("overlap", _bool),
     "cluster": ("cluster", _choice(*CLUSTERS)),
     "cluster_address": ("cluster_address", _optional(_text)),
-    "claude": ("claude", _mapping),
+    "claude": ("claude", _record(llm.ClaudeSettings, _RECORDS["claude"], _cross_check(llm.check_claude))),
+    "openai": ("openai", _record(llm.OpenAISettings, _RECORDS["openai"], _cross_check(llm.check_llm))),
 }
 _BY_ATTR = {attr: key for key, (attr, _) in _FIELDS.items()}
 
@@ -429,7 +451,8 @@ def _unparse(key: str, value: Any) -> Any:
     """A parsed value back in a form its parser accepts (for with_overrides)."""
     if key not in _RECORDS:
         return list(value) if isinstance(value, tuple) else value
-    return {sub: getattr(value, attr) for sub, (attr, _) in _RECORDS[key].items()}
+    return {sub: dataclasses.asdict(item) if dataclasses.is_dataclass(item) else item
+            for sub, (attr, _) in _RECORDS[key].items() for item in [getattr(value, attr)]}
 
 
 # ---- The file: split, compose (for line numbers), validate ----
@@ -476,6 +499,15 @@ def _compose(front: str, name: str, first: int) -> tuple[dict[str, Any], dict[st
     return {str(key): value for key, value in data.items()}, lines
 
 
+def _line_of(lines: dict[str, int], dotted: str) -> int | str:
+    """The line of `a.b.c`, else of `a.b`, else of `a` (only two levels are indexed)."""
+    parts = dotted.split(".")
+    for n in range(len(parts), 0, -1):
+        if ".".join(parts[:n]) in lines:
+            return lines[".".join(parts[:n])]
+    return "?"
+
+
 def _build(path: Path, root: Path, prose: str, raw: dict[str, Any], lines: dict[str, int],
            overrides: dict[str, Any]) -> Program:
     name, values, where = str(path), {}, {}
@@ -494,11 +526,11 @@ def _build(path: Path, root: Path, prose: str, raw: dict[str, Any], lines: dict[
         if key not in _FIELDS:
             raise ProgramError(f"{name}:{lines.get(key, '?')}: unknown field {key!r}"
                                f"{_did_you_mean(key, known)}; known fields: {', '.join(known)}")
-        parse(key, value, lambda dotted, key=key: f"{name}:{lines.get(dotted, lines.get(key, '?'))}")
+        parse(key, value, lambda dotted: f"{name}:{_line_of(lines, dotted)}")
     for given, value in overrides.items():
         top, _, sub = given.partition(".")
         top = _BY_ATTR.get(top, top)
-        if top not in _FIELDS or (sub and top not in (*_RECORDS, "claude")):
+        if top not in _FIELDS or (sub and top not in _RECORDS):
             raise ProgramError(f"{name} (override): unknown field {given!r}"
                                f"{_did_you_mean(top, known)}; known fields: {', '.join(known)}")
         if sub:

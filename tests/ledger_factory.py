@@ -94,13 +94,16 @@ def _write_night(results_dir: Path, experiments: int, seed: int, crashes_only: b
                                 (expected - 0.02, expected + 0.02), 0.8)
         description = f"knob change {index}: LR x{rng.choice([0.5, 0.8, 1.25, 2])} <b>&amp;</b>"
         usage = Usage(input_tokens=1500, output_tokens=110, cache_read_input_tokens=4200,
-                      cache_creation_input_tokens=250, usd=0.02, calls=2)
-        extra = {"model": "claude-sonnet-5-5", "turns": 2, "errors": {"bad_edit": 1} if index % 50 == 0 else {}}
+                      cache_creation_input_tokens=250, cache_creation_1h_input_tokens=200, usd=0.02,
+                      calls=2, retries=int(index % 3 == 0))
+        extra = {"model": "claude-sonnet-5-5", "turns": 2, "errors": {"bad_edit": 1} if index % 50 == 0 else {},
+                 "transcript": f"researcher/transcripts/{index:04d}.json"}
         if not crashes_only and rng.random() < 0.03:
             ledger.append(ExperimentInvalid(id=eid, parent=incumbent, reason="train.py does not parse",
                                             description=description, hypothesis="h",
                                             prediction=prediction, researcher="claude",
-                                            diff="--- a/train.py\n+++ b/train.py\n-x\n+x(\n", usage=usage))
+                                            diff="--- a/train.py\n+++ b/train.py\n-x\n+x(\n", usage=usage,
+                                            extra=extra))
             continue
         commit = _sha(rng)
         diff = f"--- a/train/train.py\n+++ b/train/train.py\n@@ -1 +1 @@\n-LR = 3e-3\n+LR = {index}e-4\n"

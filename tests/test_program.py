@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from agent.researchers.settings import ClaudeSettings, OpenAISettings, Prices
 from agent.program import (FullScale, Program, ProgramError, ResourceLimits, SeedPlan,
                            load_program, parse_duration, parse_memory, parse_program)
 
@@ -43,7 +44,8 @@ def test_a_file_without_front_matter_is_all_prose_and_all_defaults(tmp_path):
     assert program.limits == ResourceLimits(memory_mb=8192, pids=512, cpus=None)
     assert (program.decision, program.fdr, program.sandbox, program.researcher) == (
         "sequential", "none", "auto", "auto")
-    assert (program.image, program.claude) == ("nightshift:latest", {})
+    assert (program.image, program.claude, program.openai) == (
+        "nightshift:latest", ClaudeSettings(), OpenAISettings())
 
 
 @pytest.mark.parametrize("text", ["", "---\n---\n", "\n---\n# only a comment\n---\nprose"])
@@ -110,7 +112,7 @@ Do research.
     assert program.full_scale == FullScale(budget_s=3600.0, seeds=10)
     assert program.limits == ResourceLimits(memory_mb=512, pids=64, cpus=2.0)
     assert program.image == "mine:1"
-    assert program.claude == {"model": "some-model", "max_usd": 5}
+    assert program.claude == ClaudeSettings(model="some-model", max_usd=5.0)
     assert program.prose == "Do research."
 
 
@@ -123,7 +125,7 @@ def test_to_dict_is_json_safe_and_the_program_is_frozen():
     data = json.loads(json.dumps(program.to_dict()))
     assert data["budget_s"] == 60.0 and data["protected"] == ["train/prepare.py"]
     assert data["seeds"] == {"baseline": 6, "screen": 1, "max": 8}
-    assert data["limits"]["memory_mb"] == 8192 and data["claude"] == {"max_usd": 2}
+    assert data["limits"]["memory_mb"] == 8192 and data["claude"]["max_usd"] == 2
     assert data["path"].endswith("program.md")
     with pytest.raises(dataclasses.FrozenInstanceError):
         program.budget_s = 1.0  # type: ignore[misc]
@@ -230,7 +232,7 @@ def test_an_unknown_override_suggests_the_field():
     message = error_of("", {"budgte": "9s"})
     assert "(override)" in message and "did you mean 'budget'" in message
     assert "unknown field 'alpha.x'" in error_of("", {"alpha.x": 1})
-    assert parse_program("", "p.md", {"claude.model": "m"}).claude == {"model": "m"}
+    assert parse_program("", "p.md", {"claude.model": "m"}).claude.model == "m"
 
 
 def test_file_errors_are_reported_before_overrides():
@@ -277,6 +279,47 @@ def test_bad_memory_sizes(value):
         parse_memory(value)
 
 
+# ---- the researchers' settings: program.md's own table, its own line numbers -------------
+
+LLM_PROGRAM = """---
+researcher: claude
+claude:
+  model: claude-opus-5-5
+  cache_ttl: 5m
+  effort: high
+  fallback_model: claude-sonnet-5-5
+openai:
+  model: qwen3-coder
+  base_url: http://127.0.0.1:8000/v1
+  prices: {input: 0.2, output: 0.6}
+---
+"""
+
+
+def test_researcher_settings_are_typed():
+    program = parse_program(LLM_PROGRAM, "program.md")
+    assert program.claude == ClaudeSettings(model="claude-opus-5-5", cache_ttl="5m", effort="high",
+                                            fallback_model="claude-sonnet-5-5")
+    assert program.openai.prices == Prices(input=0.2, output=0.6)
+    assert program.openai.base_url == "http://127.0.0.1:8000/v1"
+    assert program.with_overrides(**{"claude.max_usd": "3"}).claude.max_usd == 3.0
+    assert json.loads(json.dumps(program.to_dict()))["openai"]["prices"]["input"] == 0.2
+
+
+@pytest.mark.parametrize("old, new, message", [
+    ("cache_ttl: 5m", "cache_ttl: 2h", "program.md:5: field 'claude.cache_ttl': expected one of 5m, 1h, got '2h'"),
+    ("effort: high", "effort: extreme", "program.md:6: field 'claude.effort': expected one of low, medium"),
+    ("effort: high", "max_tokens: 64000", "program.md:6: field 'claude.max_tokens': at most 21333 per turn"),
+    ("fallback_model: claude-sonnet-5-5", "fallback_model: claude-opus-5-5",
+     "program.md:7: field 'claude.fallback_model': is the same as model"),
+    ("cache_ttl: 5m", "cache_tll: 5m", "program.md:5: field 'claude.cache_tll': unknown key 'cache_tll' "
+                                       "(did you mean 'cache_ttl'?)"),
+    ("effort: high", "max_usd: ten", "program.md:6: field 'claude.max_usd': expected a number, got 'ten'"),
+    ("effort: high", "max_turns: 0", "program.md:6: field 'claude.max_turns': expected a whole number >= 1"),
+    ("input: 0.2", "input: cheap", "program.md:11: field 'openai.prices.input': expected a number"),
+])
+def test_a_bad_researcher_setting_names_programs_line_and_field(old, new, message):
+    assert error_of(LLM_PROGRAM.replace(old, new)).startswith(message)
 # ---- Someone else's script: the new fields, and knobs checked against the target ----
 
 def test_the_fields_for_someone_elses_script_parse(tmp_path):

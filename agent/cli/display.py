@@ -13,7 +13,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from agent.decide.decision import pooled_sd
-from agent.record.events import DecisionMade, Role, RunFinished, Verdict
+from agent.record.events import DecisionMade, Role, RunFinished, Usage, Verdict
 from agent.record.ledger import read_events
 from agent.record.state import LoopState, fold
 from cluster.protocol import Slot
@@ -91,6 +91,19 @@ class RichObserver:
                            f" — {event.reason[:100]}")
 
 
+def usage_lines(usage: Usage) -> list[str]:
+    """The researcher's spending as the ledger recorded it: dollars, calls, the prompt split
+    as the API bills it (cache reads, cache writes by lifetime, uncached), output."""
+    failed = (f" ({usage.retries} retried, {usage.timeouts} timed out)"
+              if usage.retries or usage.timeouts else "")
+    share = f", {usage.cached_share:.0%} from the cache" if usage.cached_share is not None else ""
+    return [f"researcher cost: ${usage.usd:.2f} over {usage.calls} calls{failed}",
+            f"  prompt {usage.prompt_tokens:,} tokens{share}: {usage.cache_read_input_tokens:,} cache reads, "
+            f"{usage.cache_creation_input_tokens:,} cache writes ({usage.cache_creation_5m_input_tokens:,} "
+            f"for 5 min, {usage.cache_creation_1h_input_tokens:,} for 1 h), {usage.input_tokens:,} "
+            f"uncached; {usage.output_tokens:,} output tokens"]
+
+
 def mean_sd(values: list[float]) -> str:
     spread = f" ± {statistics.stdev(values):.4f}" if len(values) > 1 else ""
     return f"{statistics.fmean(values):.4f}{spread} (n={len(values)})"
@@ -120,9 +133,8 @@ def print_status(console: Console, folder: Path, metric: str, state: LoopState |
                       f"(n={cal.n})")
     usage = state.usage
     if usage.calls or usage.usd:
-        console.print(f"  researcher cost: ${usage.usd:.2f}, {usage.input_tokens:,} input + "
-                      f"{usage.output_tokens:,} output tokens ({usage.cache_read_input_tokens:,} "
-                      f"cache reads) over {usage.calls} calls")
+        for line in usage_lines(usage):
+            console.print(f"  {line}")
     over = [r for r in state.runs if r.over_budget_s]
     if over:
         worst = max(over, key=lambda r: r.over_budget_s)

@@ -9,6 +9,7 @@ import typer
 from agent.cli.common import ProgramOpt, console, err, existing_loop, fail, load
 from agent.record.events import ExitCode, HypothesisQueued, Role
 from agent.record.ledger import Ledger
+from agent.researchers.registry import RESEARCHER_NAMES
 
 NOISE_SEEDS = 900_000   # far from the decision rule's calibration and pairing seeds
 
@@ -22,7 +23,7 @@ def run(
     hours: Optional[float] = typer.Option(None, help="Stop after this many hours (no new run starts later)."),
     budget: Optional[str] = typer.Option(None, help="Training budget per run, e.g. 60s or 5m "
                                          "(overrides program.md)."),
-    researcher: Optional[str] = typer.Option(None, help="auto | optuna | scripted | claude."),
+    researcher: Optional[str] = typer.Option(None, help=" | ".join(RESEARCHER_NAMES) + "."),
     sandbox: Optional[str] = typer.Option(None, help="auto | local | docker."),
     script: Optional[Path] = typer.Option(None, help="Proposals file for the scripted researcher."),
     hypothesis: list[str] = typer.Option([], "--hypothesis", "-H",
@@ -55,8 +56,9 @@ def run(
     from cluster.protocol import ClusterUnavailable
     from sandbox import SandboxUnavailable
 
-    prog = load(program, {"budget": budget, "researcher": researcher, "sandbox": sandbox,
-                          "claude.max_usd": max_usd, "claude.max_tokens_total": max_tokens,
+    caps = {f"{llm}.{key}": value for llm in ("claude", "openai")   # whichever researcher runs
+            for key, value in (("max_usd", max_usd), ("max_tokens_total", max_tokens))}
+    prog = load(program, {"budget": budget, "researcher": researcher, "sandbox": sandbox, **caps,
                           "workers": workers, "overlap": overlap, "cluster": cluster,
                           "cluster_address": cluster_address})
     tag = tag or default_tag()

@@ -40,15 +40,17 @@ from agent.record.events import (Decision, DecisionMade, ExitCode, ExperimentInv
                                  ExperimentProposed, LookTaken, LoopResumed, LoopStarted,
                                  LoopStopped, Prediction, ProposalRebased, Role, RunFinished,
                                  Usage, Verdict)
+from agent.record.brief import EvaluationPlan, build_brief
 from agent.record.ledger import Ledger
+from agent.record.provenance import environment
 from agent.record.state import Experiment, LoopState
-from agent.record.summary import ledger_summary
 from agent.record.views import write_tsv
 from agent.researchers import Outcome, Proposal, ResearchContext, Researcher, ResearcherError
 from agent.workspace.gate import check_source
 from agent.workspace.merge import three_way_merge
 from agent.workspace.repo import Workspace, WorkspaceError, candidate_message
 from cluster.protocol import Job, OnDone, Outcome as RunOutcome, Slot, Workers
+from sandbox import Status
 
 MAX_REFERENCE_RETRIES = 2
 MAX_ASKS = 3           # a proposal that keeps conflicting with a moving incumbent is given up
@@ -88,6 +90,12 @@ class StopRules:
 
     def time_is_up(self) -> bool:
         return self.hours is not None and time.monotonic() - self.started >= self.hours * 3600
+
+    def deadline(self) -> float | None:
+        """When --hours runs out, as epoch seconds (what a researcher's retries must respect)."""
+        if self.hours is None:
+            return None
+        return time.time() + self.hours * 3600 - (time.monotonic() - self.started)
 
     def reached(self, decided_here: int) -> str | None:
         if self.max_experiments is not None and decided_here >= self.max_experiments:
@@ -216,16 +224,23 @@ class ResearchLoop:
         self._wake.wait(WAIT_S)
 
     def _abort(self) -> None:
-        """Stop every run in flight and record how each ended (interrupted)."""
+        """Stop every run in flight and record how each ended (interrupted). A run the ledger
+        shows started whose outcome never came (Ctrl-C struck while it was being launched or
+        recorded) is closed as interrupted too: no ghost stays "in flight"."""
         self.workers.cancel_all()
         deadline = time.monotonic() + ABORT_WAIT_S
-        while self._running and time.monotonic() < deadline:
+        while (self.workers.running() or not self._events.empty()) and time.monotonic() < deadline:
             try:
                 kind, item = self._events.get(timeout=0.5)
             except queue.Empty:
                 continue
             if kind == "run":
                 self._finished(item, deciding=False)
+        for started in list(self.state.in_flight.values()):
+            self.ledger.append(RunFinished(
+                run_id=started.run_id, commit=started.commit, seed=started.seed, role=started.role,
+                experiment=started.experiment, worker=started.worker, device=started.device,
+                status=Status.INTERRUPTED, reason="the harness stopped before this run was recorded"))
 
     # ---- events from the workers and the researcher --------------------------------------
 
@@ -238,7 +253,9 @@ class ResearchLoop:
                 return
             if kind == "run":
                 self._finished(item)
-            elif item.error is not None:
+                continue
+            self.proposals.received(item)
+            if item.error is not None:
                 self._researcher_error = self._researcher_error or item.error
             else:
                 self._ready.append(item)
@@ -431,10 +448,10 @@ class ResearchLoop:
     def _launch(self, request: RunRequest, slot: Slot) -> None:
         job = self.executor.prepare(request.commit, request.seed, request.role, request.experiment,
                                     slot=slot, label=request.label)
-        self._running[job.run_id] = (job, request, slot)
         self.observer.run_started(job.run_id, slot, request.commit, request.seed, request.role,
                                   request.experiment, job.spec.budget_s, request.label)
         self.workers.submit(slot, job, on_output=self.observer.output)
+        self._running[job.run_id] = (job, request, slot)
 
     def _cancel_runs_of(self, experiment_id: str) -> None:
         for run_id, (_, request, _) in list(self._running.items()):
@@ -475,18 +492,31 @@ class ResearchLoop:
         state = self.state
         target = self.program.target
         reference = state.reference(state.incumbent)
-        sd, _ = pooled_sd(state.noise_groups())
+        sd, dof = pooled_sd(state.noise_groups())
+        brief = build_brief(state, self._evaluation_plan(), noise_sd=sd, noise_dof=dof,
+                            environment=environment())
         return ResearchContext(
             program_text=self.program.prose, target=target,
             incumbent_source=self.workspace.read(target, state.incumbent),
             incumbent_commit=state.incumbent,
             protected=self._protected_sources(state.incumbent),
-            ledger_summary=ledger_summary(state, self.program.metric),
+            ledger_summary=brief.text(),
             metric=self.program.metric, direction=self.program.direction, noise_sd=sd,
             incumbent_value=sum(reference.values()) / len(reference) if reference else None,
             experiment_index=state.researcher_proposals + 1 + offset,
             hypotheses=tuple(state.open_hypotheses()), workdir=self.workspace.path,
+            brief=brief, deadline=self._stop_rules.deadline(),
         )
+
+    def _evaluation_plan(self) -> EvaluationPlan:
+        """The test a candidate must pass, as the brief states it."""
+        program = self.program
+        return EvaluationPlan(metric=program.metric, direction=program.direction,
+                              budget_s=self.executor.plan.budget_s,
+                              seeds_baseline=program.seeds.baseline,
+                              seeds_screen=program.seeds.screen, seeds_max=program.seeds.max,
+                              alpha=program.alpha, min_effect=program.min_effect,
+                              rule=self.rule.name, fdr=program.fdr)
 
     def _protected_sources(self, commit: str) -> dict[str, str]:
         sources = {}
@@ -504,7 +534,8 @@ class ResearchLoop:
         state = self.state
         experiment_id = f"e{state.next_index:04d}"
         if ready.rejected is not None:
-            self._record_invalid(experiment_id, None, str(ready.rejected), ready.rejected.usage)
+            self._record_invalid(experiment_id, None, str(ready.rejected), ready.rejected.usage,
+                                 ready.rejected.extra)
             return
         proposal, incumbent, target = ready.proposal, state.incumbent, self.program.target
         current = self.workspace.read(target, incumbent)
@@ -555,7 +586,7 @@ class ResearchLoop:
             self._asked[experiment_id] = step
 
     def _record_invalid(self, experiment_id: str, proposal: Proposal | None, reason: str,
-                        usage: Usage | None) -> None:
+                        usage: Usage | None, extra: dict[str, Any] | None = None) -> None:
         diff = ""
         incumbent = self.state.incumbent
         if proposal is not None:
@@ -569,7 +600,8 @@ class ResearchLoop:
             hypothesis=proposal.hypothesis if proposal else "",
             prediction=proposal.prediction if proposal else None,
             researcher=self.researcher.name,
-            hypothesis_id=proposal.hypothesis_id if proposal else None, diff=diff, usage=usage))
+            hypothesis_id=proposal.hypothesis_id if proposal else None, diff=diff, usage=usage,
+            extra=dict(proposal.extra) if proposal else dict(extra or {})))
         self._decided_here += 1
         self._write_views()
         self.observer.message(f"{experiment_id}: invalid — {reason}")

@@ -47,9 +47,15 @@ class ProposalThread:
 
     @property
     def preparing(self) -> int:
-        """Proposals asked for and not delivered yet."""
+        """Proposals asked for and not yet taken by the loop (`received`): one on its way
+        through the event queue still counts, so the loop never asks twice for one slot."""
         with self._lock:
             return self._preparing
+
+    def received(self, ready: Ready) -> None:
+        """The loop took `ready` off its event queue."""
+        with self._lock:
+            self._preparing -= 1
 
     @property
     def capacity(self) -> int:
@@ -99,6 +105,4 @@ class ProposalThread:
             except Exception as error:   # a researcher bug: stop the night with its message
                 ready.error = ResearcherError(f"the {self.researcher.name} researcher failed: "
                                               f"{type(error).__name__}: {error}")
-            with self._lock:
-                self._preparing -= 1
             self.deliver(ready)

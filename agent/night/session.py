@@ -67,11 +67,12 @@ def build_session(program: Program, tag: str, *, researcher: str, sandbox: str,
     name, researcher_why = resolve_researcher_name(researcher, os.environ)
 
     def detail(experiment_id: str) -> str:
-        return experiment_detail(ledger.state, experiment_id, workspace.diff)
+        return experiment_detail(ledger.state, experiment_id, workspace.diff,
+                                 direction=program.direction)
 
     chosen = make_researcher(name, state_dir=results / "researcher", direction=program.direction,
-                             claude=program.claude, script=script, seed=seed,
-                             experiment_detail=detail, knobs=program.knobs)
+                             claude=program.claude, openai=program.openai, script=script,
+                             seed=seed, experiment_detail=detail, knobs=program.knobs)
     rule = make_rule(program.decision, program.rule_settings)
     plan = RunPlan.from_program(program, split=split)
     executor = RunExecutor(plan=plan, runner=runner,

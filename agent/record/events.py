@@ -122,13 +122,14 @@ class ExperimentFacts(Event):
     researcher: str = ""
     hypothesis_id: str | None = None
     usage: Usage | None = None             # what proposing it cost
+    extra: dict[str, Any] = field(default_factory=dict)   # researcher-specific (optuna params,
+                                                          # an LLM's mistakes and transcript, ...)
 
 
 @dataclass(frozen=True, kw_only=True)
 class ExperimentProposed(ExperimentFacts):
     kind: ClassVar[str] = "experiment_proposed"
     commit: str
-    extra: dict[str, Any] = field(default_factory=dict)   # researcher-specific (optuna params, ...)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -150,14 +150,23 @@ class Score:
 
 @dataclass(frozen=True)
 class Usage:
-    """What a researcher spent on one proposal (zero for researchers that spend nothing)."""
+    """What a researcher spent on one proposal (zero for researchers that spend nothing).
+
+    The prompt is split as the Messages API bills it: `input_tokens` (uncached),
+    `cache_read_input_tokens` (cache hits) and `cache_creation_input_tokens` (cache writes, of
+    which `cache_creation_1h_input_tokens` were 1-hour writes, the rest 5-minute ones).
+    `retries` and `timeouts` count the tries that failed and were tried again; `usd` includes
+    an estimate for timed-out tries (their prompt at the uncached rate), so caps err safe."""
 
     input_tokens: int = 0
     output_tokens: int = 0
     cache_read_input_tokens: int = 0
     cache_creation_input_tokens: int = 0
+    cache_creation_1h_input_tokens: int = 0
     usd: float = 0.0
     calls: int = 0
+    retries: int = 0
+    timeouts: int = 0
 
     TOKEN_FIELDS: ClassVar[tuple[str, ...]] = (
         "input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
@@ -166,11 +175,22 @@ class Usage:
     def tokens(self) -> int:
         return sum(getattr(self, name) for name in self.TOKEN_FIELDS)
 
+    @property
+    def prompt_tokens(self) -> int:
+        return self.input_tokens + self.cache_read_input_tokens + self.cache_creation_input_tokens
+
+    @property
+    def cache_creation_5m_input_tokens(self) -> int:
+        return self.cache_creation_input_tokens - self.cache_creation_1h_input_tokens
+
+    @property
+    def cached_share(self) -> float | None:
+        """The share of prompt tokens served from the cache."""
+        return self.cache_read_input_tokens / self.prompt_tokens if self.prompt_tokens else None
+
     def __add__(self, other: "Usage") -> "Usage":
         return Usage(**{f.name: getattr(self, f.name) + getattr(other, f.name)
                         for f in dataclasses.fields(self)})
 
     def to_dict(self) -> dict[str, Any]:
         return encode(self)
-
-

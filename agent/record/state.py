@@ -152,8 +152,8 @@ class LoopState:
         self._add(Experiment(
             id=event.id, commit=event.commit, parent=event.parent, description=event.description,
             hypothesis=event.hypothesis, prediction=event.prediction, researcher=event.researcher,
-            hypothesis_id=event.hypothesis_id, usage=event.usage, invalid_reason=event.reason,
-            diff=event.diff))
+            hypothesis_id=event.hypothesis_id, extra=dict(event.extra), usage=event.usage,
+            invalid_reason=event.reason, diff=event.diff))
 
     def _add(self, experiment: Experiment) -> None:
         experiment.history_size = len(self.decisions)

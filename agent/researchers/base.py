@@ -5,7 +5,8 @@ description, the hypothesis, and a prediction registered *before* the run. After
 decision the loop tells it the outcome through `observe`.
 
 Implementations: `optuna` (LLM-free knob search), `scripted` (replays given sources, for
-tests and demos), `claude` (the Anthropic Messages API).
+tests and demos), `claude` (the Anthropic Messages API, directly or through Bedrock or
+Vertex) and `openai` (any OpenAI-compatible Chat Completions endpoint, local models included).
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agent.record.brief import Brief
 from agent.record.events import Prediction, Usage, Verdict
 
 __all__ = ["Outcome", "Prediction", "Proposal", "ProposalRejected", "ResearchContext", "Researcher",
@@ -40,7 +42,7 @@ class ResearchContext:
     incumbent_source: str           # current best version of the target
     incumbent_commit: str
     protected: dict[str, str]       # repo-relative path -> source, for reading only
-    ledger_summary: str             # compact text: what was tried, kept, discarded, why
+    ledger_summary: str             # the brief as one text: what was tried, kept, discarded, why
     metric: str
     direction: str                  # "minimize" | "maximize"
     noise_sd: float | None          # pooled seed-to-seed sd of the metric so far
@@ -48,6 +50,8 @@ class ResearchContext:
     experiment_index: int           # 1-based number of the experiment being proposed
     hypotheses: tuple[tuple[str, str], ...] = ()  # queued (id, text), test these first
     workdir: Path | None = None     # worktree root, for researchers that read more files
+    brief: Brief | None = None      # the same brief in sections, for prompt caching (agent/record/brief.py)
+    deadline: float | None = None   # epoch seconds when the night stops (--hours); None: no limit
 
 
 @dataclass(frozen=True)
@@ -97,8 +101,9 @@ class ProposalRejected(Exception):
     after a retry, max turns exceeded). The loop records an `invalid` experiment and goes on."""
 
     def __init__(self, reason: str, transcript: list[dict[str, Any]] | None = None,
-                 usage: Usage | None = None) -> None:
+                 usage: Usage | None = None, extra: dict[str, Any] | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
         self.transcript = transcript or []
         self.usage = usage          # what the failed attempt cost; recorded on the invalid event
+        self.extra = extra or {}    # researcher-specific (mistake counts, the transcript's path)

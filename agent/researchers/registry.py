@@ -1,20 +1,23 @@
 """The researchers by name: the one place program.md's `researcher:` values come from.
 
-"auto" means claude when ANTHROPIC_API_KEY is set, else optuna. The CLI prints the choice and
-its reason, e.g. "researcher: optuna (ANTHROPIC_API_KEY not set)". Each researcher is
-imported only when chosen (the Anthropic SDK, Optuna and their start-up cost stay out of a
-night that does not use them). Add a researcher: implement `base.Researcher`, give it a
-`name`, list the name here and build it in `make_researcher`.
+"auto" means claude when ANTHROPIC_API_KEY (or ANTHROPIC_AUTH_TOKEN) is set, else optuna;
+`openai` (an OpenAI-compatible endpoint, local models included) and claude through Bedrock
+or Vertex are chosen explicitly. The CLI prints the choice and its reason, e.g.
+"researcher: optuna (ANTHROPIC_API_KEY not set)". Each researcher is imported only when
+chosen (the SDKs, Optuna and their start-up cost stay out of a night that does not use them).
+Add a researcher: implement `base.Researcher`, give it a `name`, list the name here and
+build it in `make_researcher`.
 """
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Callable, Mapping
 
 from agent.researchers.base import Researcher, ResearcherError
+from agent.researchers.settings import ClaudeSettings, OpenAISettings
 
-RESEARCHER_NAMES = ("auto", "claude", "optuna", "scripted")
+RESEARCHER_NAMES = ("auto", "claude", "openai", "optuna", "scripted")
 
 
 def resolve_researcher_name(name: str, env: Mapping[str, str] | None = None) -> tuple[str, str]:
@@ -24,18 +27,19 @@ def resolve_researcher_name(name: str, env: Mapping[str, str] | None = None) -> 
         raise ResearcherError(f"unknown researcher {name!r}; choose one of {', '.join(RESEARCHER_NAMES)}")
     if name != "auto":
         return name, "chosen explicitly"
-    if env.get("ANTHROPIC_API_KEY"):
-        return "claude", "ANTHROPIC_API_KEY is set"
+    for variable in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"):
+        if env.get(variable):
+            return "claude", f"{variable} is set"
     return "optuna", "ANTHROPIC_API_KEY not set"
 
 
 def make_researcher(name: str, *, state_dir: Path, direction: str = "minimize",
-                    claude: Mapping[str, Any] | None = None, script: Path | None = None,
-                    seed: int = 0, env: Mapping[str, str] | None = None,
+                    claude: ClaudeSettings | None = None, openai: OpenAISettings | None = None,
+                    script: Path | None = None, seed: int = 0, env: Mapping[str, str] | None = None,
                     experiment_detail: Callable[[str], str] | None = None,
                     knobs: Mapping[str, str] | None = None) -> Researcher:
     """A ready researcher. `state_dir` holds what it must keep across restarts (created here);
-    `direction` is the metric's; `claude` the program's `claude:` settings.
+    `direction` is the metric's; `claude` and `openai` the program's typed settings.
     `experiment_detail(id)` returns one experiment's diff and log tail, for researchers that
     can ask for it; `knobs` is program.md's `knobs:` for the optuna researcher. Raises
     ResearcherError with the fix when it cannot be built."""
@@ -53,10 +57,18 @@ def make_researcher(name: str, *, state_dir: Path, direction: str = "minimize",
         from agent.researchers.scripted import ScriptedResearcher
 
         return ScriptedResearcher.from_file(Path(script))
+    if resolved == "openai":
+        try:
+            from agent.researchers.openai_researcher import OpenAIResearcher
+        except ImportError as exc:
+            raise ResearcherError(f"the openai researcher needs the openai SDK ({exc}): "
+                                  f"pip install -e '.[openai]'") from exc
+        return OpenAIResearcher(state_dir=state_dir, settings=openai or OpenAISettings(),
+                                experiment_detail=experiment_detail, env=env)
     try:
         from agent.researchers.claude import ClaudeResearcher
     except ImportError as exc:
         raise ResearcherError(f"the claude researcher is unavailable: {exc}; "
                               f"use --researcher optuna") from exc
-    return ClaudeResearcher(state_dir=state_dir, settings=claude or {},
-                            experiment_detail=experiment_detail)
+    return ClaudeResearcher(state_dir=state_dir, settings=claude or ClaudeSettings(),
+                            experiment_detail=experiment_detail, env=env)

@@ -13,6 +13,7 @@ the template engine: an LLM's description cannot inject markup.
 """
 from __future__ import annotations
 
+import os
 import statistics
 import subprocess
 from dataclasses import dataclass, field
@@ -45,6 +46,8 @@ def write_report(tag_dir: Path, *, out: Path | None = None, metric: str | None =
     context = build_context(tag_dir, metric=metric, direction=direction, repo=repo)
     html_path = Path(out) if out else tag_dir / "report.html"
     html_path.parent.mkdir(parents=True, exist_ok=True)
+    # Links to files of the tag (transcripts) stay right wherever the page is written.
+    context["link_base"] = Path(os.path.relpath(tag_dir.resolve(), html_path.parent.resolve())).as_posix()
     html_path.write_text(render(context), encoding="utf-8")
     png, notes = None, []
     try:
@@ -170,6 +173,7 @@ def _experiment_row(experiment: Experiment, tag_dir: Path, repo: Path | None) ->
         "score": encode(score) if score else None,
         "reason": reason if verdict not in (Verdict.KEEP, Verdict.DISCARD) else "",
         "diff": diff[:MAX_DIFF_CHARS], "diff_clipped": len(diff) > MAX_DIFF_CHARS,
+        "transcript": experiment.extra.get("transcript"),   # relative to the tag's folder
         "time": decided.time if decided else None,
     }
 
@@ -219,9 +223,13 @@ def _cost(state: LoopState) -> dict[str, Any] | None:
             errors[kind] = errors.get(kind, 0) + count
     model = next((e.extra.get("model") for e in reversed(charged) if e.extra.get("model")), None)
     n_experiments, n_kept = len(state.experiments), len(state.kept())
-    return {"tokens": {k: getattr(usage, k) for k in usage.TOKEN_FIELDS}, "total_tokens": usage.tokens,
+    tokens = {"cache reads": usage.cache_read_input_tokens,
+              "cache writes 5 min": usage.cache_creation_5m_input_tokens,
+              "cache writes 1 h": usage.cache_creation_1h_input_tokens,
+              "uncached input": usage.input_tokens, "output": usage.output_tokens}
+    return {"tokens": tokens, "total_tokens": usage.tokens, "cached_share": usage.cached_share,
             "usd": usage.usd, "calls": usage.calls, "proposals": len(charged), "model": model,
-            "errors": errors,
+            "retries": usage.retries, "timeouts": usage.timeouts, "errors": errors,
             "usd_per_experiment": usage.usd / n_experiments if n_experiments else None,
             "usd_per_keep": usage.usd / n_kept if n_kept else None}
 

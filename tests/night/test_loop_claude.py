@@ -4,7 +4,7 @@ Anthropic server: what the loop records, what the server received, and where the
 import json
 import subprocess
 
-from tests.fake_anthropic import FakeAnthropic, message, tool_use
+from tests.fakes.anthropic_api import FakeAnthropic, message, tool_use
 from tests.loop_helpers import cli_env, loop_state, make_repo, nightshift
 from tests.night.test_keep_rule_loop import NOISE_SCRIPT
 from tests.night.test_keep_rule_loop import PROGRAM as NOISE_PROGRAM

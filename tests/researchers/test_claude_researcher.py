@@ -12,9 +12,10 @@ import anthropic
 import pytest
 
 from agent.researchers.base import ResearchContext, ResearcherError
-from agent.researchers.claude import DEFAULT_MODEL, ClaudeResearcher, ClaudeSettings, ProposalRejected
-from agent.researchers.claude_tools import TOOL_NAMES
-from tests.fake_anthropic import FakeAnthropic, error, message, text, tool_use
+from agent.researchers.claude import ClaudeResearcher, ProposalRejected
+from agent.researchers.settings import DEFAULT_CLAUDE_MODEL as DEFAULT_MODEL
+from agent.researchers.tool_specs import TOOL_NAMES
+from tests.fakes.anthropic_api import FakeAnthropic, error, message, text, tool_use
 
 CLIENT_KEY = "sk-test-client-secret-0123456789"
 ENV_KEY = "sk-ant-env-secret-9876543210"
@@ -87,12 +88,12 @@ def test_a_good_edit_with_a_prediction_becomes_a_proposal(fake, researcher_for):
     assert proposal.prediction.interval == (-0.05, 0.01)
     assert proposal.prediction.confidence == 0.8
     assert proposal.extra["turns"] == 2 and proposal.extra["errors"] == {}
-    assert Path(proposal.extra["transcript"]).exists()
+    assert (researcher.state_dir.parent / proposal.extra["transcript"]).exists()
     second = fake.requests[1].json
     assert [m["role"] for m in second["messages"]] == ["user", "assistant", "user"]
     assert tool_results(second)[0].get("is_error") is not True
     usage = researcher.usage()
-    assert usage["calls"] == 2 and usage["input_tokens"] > 0 and usage["usd"] > 0
+    assert usage["calls"] == 2 and usage["input_tokens"] + usage["cache_creation_input_tokens"] > 0 and usage["usd"] > 0
     assert usage["usd"] == pytest.approx(proposal.usage.usd) and proposal.usage.calls == 2
 
 
@@ -106,11 +107,11 @@ def test_the_request_carries_tools_cached_prefix_and_no_secret(fake, researcher_
     body = fake.requests[0].json
     assert body["model"] == DEFAULT_MODEL
     assert [t["name"] for t in body["tools"]] == [n for n in TOOL_NAMES if n != "show_experiment"]  # no callback
-    assert body["tools"][-1]["cache_control"] == {"type": "ephemeral"}
-    assert body["system"][0]["cache_control"] == {"type": "ephemeral"}
+    assert all("cache_control" not in tool for tool in body["tools"])   # the system's breakpoint covers them
+    assert body["system"][0]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
     assert "Lower val_bpb on the tiny model." in body["system"][0]["text"]
     opening = body["messages"][0]["content"]
-    assert opening[0]["cache_control"] == {"type": "ephemeral"} and SOURCE in opening[0]["text"]
+    assert opening[0]["cache_control"] == {"type": "ephemeral", "ttl": "1h"} and SOURCE in opening[0]["text"]
     assert json.dumps(body).count("cache_control") <= 4  # the API allows 4 breakpoints
     # The key travels in the header (so the recording would show a leak), never in a body or a file.
     assert any(CLIENT_KEY in value for value in fake.requests[0].headers.values())
@@ -124,7 +125,7 @@ def test_the_request_carries_tools_cached_prefix_and_no_secret(fake, researcher_
 def test_without_a_client_the_key_comes_from_the_environment(fake, tmp_path, monkeypatch):
     monkeypatch.setenv("ANTHROPIC_API_KEY", ENV_KEY)
     fake.push(message([tool_use("edit_file", GOOD_EDIT), tool_use("submit", submit())]))
-    researcher = ClaudeResearcher(state_dir=tmp_path, settings={"sdk_max_retries": 0}, base_url=fake.url)
+    researcher = ClaudeResearcher(state_dir=tmp_path, settings={"base_url": fake.url})
 
     researcher.propose(make_context())
 
@@ -133,6 +134,8 @@ def test_without_a_client_the_key_comes_from_the_environment(fake, tmp_path, mon
 
 def test_without_a_key_construction_fails_with_the_fix(tmp_path, monkeypatch):
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.delenv("ANTHROPIC_AUTH_TOKEN", raising=False)
+    monkeypatch.setenv("ANTHROPIC_CONFIG_DIR", str(tmp_path / "no-profiles"))
     with pytest.raises(ResearcherError, match="ANTHROPIC_API_KEY"):
         ClaudeResearcher(state_dir=tmp_path)
 
@@ -211,7 +214,8 @@ def test_refusals_and_empty_answers_are_counted_and_answered(fake, researcher_fo
         roles = [m["role"] for m in request.json["messages"]]
         assert roles == ["user", "assistant"] * (len(roles) // 2) + ["user"]
         assert request.body.count(b'"cache_control"') <= 4
-    assert "refusal" in json.dumps(fake.requests[1].json["messages"][-1])
+    assert len(fake.requests[1].json["messages"]) == 1       # the refusal ended that conversation
+    assert fake.rejections == []
 
 
 def test_thinking_blocks_are_passed_back_unchanged(fake, researcher_for):
@@ -281,7 +285,8 @@ def test_a_second_unusable_prediction_rejects_the_experiment_and_the_next_starts
 
     assert "no usable prediction" in caught.value.reason and "negative expected_delta" in caught.value.reason
     assert caught.value.errors == {"bad_prediction": 2}
-    assert caught.value.transcript[-1]["role"] == "assistant"
+    saved = json.loads((researcher.state_dir.parent / caught.value.extra["transcript"]).read_text())
+    assert saved["outcome"].startswith("no usable prediction") and "response" in saved["calls"][-1]
     fake.push(message([tool_use("edit_file", GOOD_EDIT), tool_use("submit", submit())]))
     researcher.propose(make_context(experiment_index=2))
     assert len(fake.requests[-1].json["messages"]) == 1
@@ -296,7 +301,8 @@ def test_rate_limits_and_overloads_are_retried_with_backoff(fake, researcher_for
     proposal = researcher_for(retry_base_s=1.5).propose(make_context())
 
     assert sleeps == [1.5, 3.0]
-    assert researcher_for().usage()["api_retries"] == 2  # persisted, read back by a new instance
+    assert researcher_for().usage()["retries"] == 2  # persisted, read back by a new instance
+    assert proposal.usage.retries == 2
     assert proposal.extra["turns"] == 1
     assert len(fake.requests) == 3
 
@@ -308,16 +314,26 @@ def test_an_api_that_stays_down_pauses_the_loop_with_a_clean_error(fake, researc
         researcher_for(api_tries=3).propose(make_context())
 
     message_ = str(caught.value)
-    assert "Anthropic API unavailable after 3 tries" in message_ and "nightshift run --tag" in message_
+    assert "anthropic API: unavailable after 3 tries" in message_ and "nightshift run --tag" in message_
     assert CLIENT_KEY not in message_
     assert len(sleeps) == 2
 
 
-def test_a_bad_request_stops_without_retrying(fake, researcher_for, sleeps):
+def test_a_bad_request_rejects_the_proposal_without_retrying(fake, researcher_for, sleeps):
     fake.push(error(400, "invalid_request_error", "max_tokens: too large"))
-    with pytest.raises(ResearcherError, match="refused the request \\(400\\)"):
+    with pytest.raises(ProposalRejected, match="rejected the request \\(400: invalid_request_error: max_tokens"):
         researcher_for().propose(make_context())
     assert sleeps == [] and len(fake.requests) == 1
+
+
+def test_a_second_fresh_conversation_rejected_means_the_settings_are_wrong(fake, researcher_for):
+    fake.push(error(400, "invalid_request_error", "output_config.effort: not supported"),
+              error(400, "invalid_request_error", "output_config.effort: not supported"))
+    researcher = researcher_for()
+    with pytest.raises(ProposalRejected):
+        researcher.propose(make_context())
+    with pytest.raises(ResearcherError, match="rejects even a fresh conversation.*claude.model"):
+        researcher.propose(make_context(experiment_index=2))
 
 
 def test_max_turns_without_a_submission_rejects_the_experiment(fake, researcher_for):
@@ -350,11 +366,9 @@ def test_the_token_cap_counts_cache_reads_and_writes(fake, researcher_for):
         researcher.propose(make_context(experiment_index=2))
 
 
-@pytest.mark.parametrize("settings, field", [({"modle": "x"}, "claude.modle"), ({"max_turns": 0}, "claude.max_turns"),
-                                             ({"max_usd": "ten"}, "claude.max_usd"), ({"max_tokens": 64_000}, "claude.max_tokens")])
-def test_ill_typed_settings_name_the_field(settings, field):
-    with pytest.raises(ResearcherError, match=field):
-        ClaudeSettings.from_dict(settings)
+def test_settings_given_as_a_mapping_name_an_unknown_key():
+    with pytest.raises(ResearcherError, match="claude.modle: unknown setting"):
+        ClaudeResearcher(state_dir=Path("/nonexistent"), settings={"modle": "x"}, client=object())
 
 
 # ---- a long night stays bounded ------------------------------------------------------------
@@ -371,7 +385,7 @@ def test_two_hundred_proposals_keep_the_request_bounded(fake, researcher_for):
         line = next(l for l in source.splitlines() if l.startswith("LR = "))
         edit = {"path": TARGET, "old_string": line, "new_string": line.replace("LR = ", "LR = 1.01 * ")}
         return message([tool_use("edit_file", edit), tool_use("submit", submit())])
-    researcher = researcher_for()
+    researcher = researcher_for(max_brief_chars=24_000)
     source, sizes = SOURCE, []
 
     for i in range(1, 201):
@@ -383,7 +397,7 @@ def test_two_hundred_proposals_keep_the_request_bounded(fake, researcher_for):
             source = proposal.source
 
     assert researcher.usage()["calls"] == 200
-    assert len(summary) > ClaudeSettings().max_summary_chars  # the clip was exercised
+    assert len(summary) > researcher.settings.max_brief_chars  # the clip was exercised
     assert max(sizes) < 40_000, max(sizes)  # system + tools + source + clipped summary
     print(f"\nrequest bytes: first {sizes[0]}, #100 {sizes[99]}, #200 {sizes[-1]}, max {max(sizes)} "
           f"(~{max(sizes) // 4} tokens); raw summary at #200: {len(summary)} chars")

@@ -2,7 +2,7 @@
 import pytest
 
 from agent.researchers import pricing
-from agent.researchers.claude import DEFAULT_MODEL
+from agent.researchers.settings import DEFAULT_CLAUDE_MODEL as DEFAULT_MODEL
 
 MILLION = 1_000_000
 
@@ -48,4 +48,26 @@ def test_haiku_5_5_switches_every_rate_above_a_100k_token_prompt():
 def test_every_entry_is_shaped_like_a_cache_price(model):
     """Catches typos: a cache write costs more than input, a cache read less, output most."""
     price = pricing.PRICES[model]
-    assert 0 < price.cache_read < price.input < price.cache_write <= price.output
+    assert 0 < price.cache_read < price.input < price.cache_write < price.cache_write_1h <= price.output
+
+
+def test_one_hour_cache_writes_cost_twice_the_input_rate():
+    model = "claude-sonnet-5-5"
+    assert pricing.cost_usd(model, 0, 0, cache_creation_input_tokens=MILLION,
+                            cache_creation_1h_input_tokens=MILLION) == pytest.approx(4.0)
+    mixed = pricing.cost_usd(model, 0, 0, cache_creation_input_tokens=MILLION,
+                             cache_creation_1h_input_tokens=MILLION // 4)
+    assert mixed == pytest.approx(0.75 * 2.50 + 0.25 * 4.0)
+
+
+@pytest.mark.parametrize("model", ["us.anthropic.claude-sonnet-4-5-20250929-v1:0",
+                                   "anthropic.claude-sonnet-4-5-v1:0", "claude-sonnet-4-5@20250929"])
+def test_bedrock_and_vertex_ids_cost_what_their_alias_costs(model):
+    assert pricing.lookup(model) == pricing.PRICES["claude-sonnet-4-5"]
+
+
+def test_a_price_from_program_md_bills_cache_hits_at_its_cached_rate():
+    price = pricing.ModelPrice.of(input=1.0, output=2.0, cached_input=0.25)
+    assert price.cost_usd(MILLION, MILLION, cache_read_input_tokens=MILLION) == pytest.approx(3.25)
+    assert pricing.ModelPrice.of(1.0, 2.0).cache_read == 1.0
+    assert pricing.FREE.cost_usd(MILLION, MILLION, MILLION, MILLION) == 0.0

@@ -13,7 +13,7 @@ def test_auto_picks_claude_only_when_a_key_is_set():
     assert resolve_researcher_name("auto", {"ANTHROPIC_API_KEY": ""})[0] == "optuna"
     assert resolve_researcher_name("auto", {"ANTHROPIC_API_KEY": "sk-x"}) == ("claude", "ANTHROPIC_API_KEY is set")
     assert resolve_researcher_name("optuna", {"ANTHROPIC_API_KEY": "sk-x"}) == ("optuna", "chosen explicitly")
-    with pytest.raises(ResearcherError, match="unknown researcher 'gpt'.*auto, claude, optuna, scripted"):
+    with pytest.raises(ResearcherError, match="unknown researcher .gpt.*auto, claude, openai, optuna, scripted"):
         resolve_researcher_name("gpt", {})
 
 

@@ -107,6 +107,15 @@ def test_long_report_escapes_researcher_text_and_keeps_diffs(long_night, tmp_pat
     assert not re.search(r'(src|href)="(https?:)?//', page), "the report must not load anything"
 
 
+def test_the_cost_splits_the_prompt_and_each_experiment_links_its_transcript(long_night, tmp_path):
+    page = write_report(long_night, out=tmp_path / "elsewhere" / "report.html").html.read_text()
+    assert "cache writes 1 h" in page and "cache writes 5 min" in page and "from the cache" in page
+    assert "tries retried" in page
+    link = re.search(r'href="([^"]*researcher/transcripts/0001\.json)"', page)
+    assert link, "no transcript link"
+    assert (tmp_path / "elsewhere" / link.group(1)).resolve() == (long_night / "researcher/transcripts/0001.json").resolve()
+
+
 @needs_chromium
 @pytest.mark.parametrize("kind", ["empty", "crashes", "long"])
 def test_report_draws_in_headless_chromium_without_errors(tmp_path, kind, long_night):

@@ -1,12 +1,17 @@
-"""The tools the Claude researcher may call, and their execution against an in-memory draft.
+"""The tools an LLM researcher may call, and their execution against an in-memory draft.
 
-A `Workbench` is the model's whole view of the repository during one proposal: a draft of
-the target (starting as the incumbent source) and the protected files, read-only. Nothing
-here touches the disk or git: the loop commits the submitted source itself.
+One workbench for every provider: `TOOLS` are declared once with a JSON schema, and each
+API's researcher turns them into its own shape (`input_schema` for Anthropic, `function`
+for OpenAI-compatible endpoints). A `Workbench` is the model's whole view of the repository
+during one proposal: a draft of the target (starting as the incumbent source) and the
+protected files, read-only. Nothing here touches the disk or git: the loop commits the
+submitted source itself.
 
 Every tool either returns the text to give back to the model, or raises `ToolError`, whose
 `kind` names the mistake (the researcher counts them) and whose message tells the model what
-was wrong and how to fix it. An edit that raises is never applied.
+was wrong and how to fix it. An edit that raises is never applied, and `run_turn` makes the
+calls of one turn all-or-nothing: when one edit fails, none of that turn's edits is applied
+and its `submit` is refused, because the prediction was made for all of them together.
 """
 from __future__ import annotations
 
@@ -18,6 +23,7 @@ from typing import Any, Callable, Mapping
 
 from agent.researchers.base import Prediction
 from agent.researchers.prediction import parse_prediction
+from agent.researchers.tool_specs import EDITS, TOOL_NAMES
 
 MAX_READ_CHARS = 40_000      # one read_file answer; keeps a turn's context bounded
 MAX_DETAIL_CHARS = 12_000    # one show_experiment answer (diff + log tail)
@@ -28,13 +34,15 @@ ERROR_KINDS = (
     "bad_input", "unknown_tool", "outside_target", "edit_not_found", "edit_not_unique",
     "syntax_error", "no_change", "bad_submission", "bad_prediction", "unavailable",
 )
+# What a turn's result may also say: an edit that applied but was rolled back with its turn.
+RESULT_KINDS = (*ERROR_KINDS, "rolled_back")
 
 
 class ToolError(Exception):
     """A tool call that cannot be carried out; answered to the model as an error."""
 
     def __init__(self, kind: str, message: str) -> None:
-        assert kind in ERROR_KINDS, kind
+        assert kind in RESULT_KINDS, kind
         super().__init__(message)
         self.kind = kind
         self.message = message
@@ -51,108 +59,35 @@ class Submission:
     hypothesis_id: str | None
 
 
-_PATH = {"type": "string", "description": "repository-relative path, e.g. train/train.py"}
 
-TOOLS: list[dict[str, Any]] = [
-    {
-        "name": "read_file",
-        "description": (
-            "Read the current draft of the target file or a protected (read-only) file. Lines "
-            "come back numbered as '<n>\\t<text>'; the numbers are not part of the file."
-        ),
-        "input_schema": {
-            "type": "object",
-            "properties": {
-                "path": _PATH,
-                "start_line": {"type": "integer", "description": "first line, 1-based"},
-                "end_line": {"type": "integer", "description": "last line, inclusive"},
-            },
-            "required": ["path"],
-        },
-    },
-    {
-        "name": "edit_file",
-        "description": (
-            "Replace one exact, unique occurrence of old_string with new_string in the target "
-            "file's draft. old_string must match the file byte for byte (whitespace included) "
-            "and occur exactly once; include surrounding lines to make it unique. The result "
-            "must still parse as Python, otherwise the edit is not applied."
-        ),
-        "input_schema": {
-            "type": "object",
-            "properties": {
-                "path": _PATH,
-                "old_string": {"type": "string"},
-                "new_string": {"type": "string"},
-            },
-            "required": ["path", "old_string", "new_string"],
-        },
-    },
-    {
-        "name": "write_file",
-        "description": "Replace the whole draft of the target file with content (must parse).",
-        "input_schema": {
-            "type": "object",
-            "properties": {"path": _PATH, "content": {"type": "string"}},
-            "required": ["path", "content"],
-        },
-    },
-    {
-        "name": "show_draft_diff",
-        "description": "Show the unified diff of the current draft against the incumbent.",
-        "input_schema": {"type": "object", "properties": {}},
-    },
-    {
-        "name": "show_experiment",
-        "description": (
-            "Show the diff and the log tail of one past experiment, by the id the ledger "
-            "summary gives it."
-        ),
-        "input_schema": {
-            "type": "object",
-            "properties": {"experiment_id": {"type": "string"}},
-            "required": ["experiment_id"],
-        },
-    },
-    {
-        "name": "submit",
-        "description": (
-            "Submit the current draft as this experiment, with a prediction registered before "
-            "the run. Deltas are candidate minus incumbent in metric units (for a minimised "
-            "metric an improvement is negative). confidence is the probability you give to "
-            "the measured delta falling inside interval."
-        ),
-        "input_schema": {
-            "type": "object",
-            "properties": {
-                "description": {"type": "string", "description": "one line, <= 160 chars"},
-                "hypothesis": {"type": "string", "description": "why this should change the metric"},
-                "hypothesis_id": {
-                    "type": "string",
-                    "description": "id of the queued hypothesis this tests, if any",
-                },
-                "prediction": {
-                    "type": "object",
-                    "properties": {
-                        "direction": {"type": "string", "enum": ["improve", "worsen", "same"]},
-                        "expected_delta": {"type": "number"},
-                        "interval": {
-                            "type": "array", "items": {"type": "number"},
-                            "minItems": 2, "maxItems": 2,
-                            "description": "[lo, hi] with lo < hi, containing expected_delta",
-                        },
-                        "confidence": {"type": "number", "description": "in (0, 1), e.g. 0.8"},
-                        "rationale": {"type": "string"},
-                    },
-                    "required": ["direction", "expected_delta", "interval", "confidence", "rationale"],
-                },
-            },
-            "required": ["description", "hypothesis", "prediction"],
-        },
-    },
-]
 
-TOOL_NAMES = tuple(tool["name"] for tool in TOOLS)
+@dataclass(frozen=True)
+class ToolCall:
+    """One call as the model made it. `problem` is set when its input could not even be
+    decoded (an OpenAI-compatible endpoint's arguments that are not JSON)."""
+
+    id: str
+    name: str
+    input: Any
+    problem: str | None = None
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    call_id: str
+    text: str
+    error: str | None = None          # the mistake's kind, or None for a success
+
+    @property
+    def is_error(self) -> bool:
+        return self.error is not None
+
+
+@dataclass(frozen=True)
+class TurnResult:
+    results: tuple[ToolResult, ...]   # one per call, in the order of the calls
+    submission: "Submission | None"   # set when the turn's submit was accepted
+    rolled_back: bool = False         # an edit failed, so none of the turn's edits applied
 
 
 def _clip(text: str, limit: int) -> str:
@@ -196,6 +131,61 @@ class Workbench:
         if not isinstance(tool_input, dict):
             raise ToolError("bad_input", f"{name} input must be a JSON object, got {type(tool_input).__name__}")
         return handler(tool_input)
+
+    def run_turn(self, calls: list[ToolCall]) -> TurnResult:
+        """Run one turn's calls, all-or-nothing for its edits. Calls run in order, except
+        `submit`, which runs last, on the turn's final draft, and only when every edit of the
+        turn applied; a second submit in one turn is refused."""
+        before = self.draft
+        results: dict[str, ToolResult] = {}
+        failed: tuple[ToolCall, ToolError] | None = None
+        edited_at: int | None = None
+        others = [c for c in calls if c.name != "submit"]
+        submits = [c for c in calls if c.name == "submit"]
+        for n, call in enumerate(others):
+            try:
+                if call.problem:
+                    raise ToolError("bad_input", f"{call.name}: {call.problem}")
+                results[call.id] = ToolResult(call.id, self.execute(call.name, call.input))  # type: ignore[arg-type]
+                if call.name in EDITS and edited_at is None:
+                    edited_at = n
+            except ToolError as err:
+                results[call.id] = ToolResult(call.id, err.message, err.kind)
+                if call.name in EDITS and failed is None:
+                    failed = (call, err)
+        submission = None
+        if failed is not None:
+            self.draft = before
+            why = f"{failed[0].name} call {failed[0].id} failed ({failed[1].message.splitlines()[0][:160]})"
+            for n, call in enumerate(others):
+                done = results[call.id]
+                if done.is_error:
+                    continue
+                if call.name in EDITS:
+                    results[call.id] = ToolResult(call.id, f"{call.name}: not applied, because {why}. The "
+                                                  f"edits of one turn apply together or not at all: the "
+                                                  f"draft is as it was before this turn. Send them again "
+                                                  f"with the fix.", "rolled_back")
+                elif edited_at is not None and n > edited_at:
+                    results[call.id] = ToolResult(call.id, done.text + "\n[this turn's edits were then "
+                                                  "rolled back: the draft no longer holds them]")
+            for call in submits:
+                results[call.id] = ToolResult(call.id, f"submit was not accepted: {why}, so no edit of this "
+                                              f"turn was applied. Fix the edit, then submit again.", "rolled_back")
+        else:
+            for n, call in enumerate(submits):
+                try:
+                    if n:
+                        raise ToolError("bad_submission", "submit: only one submit per turn; this one was ignored")
+                    if call.problem:
+                        raise ToolError("bad_submission", f"submit: {call.problem}")
+                    result = self.execute(call.name, call.input)
+                    assert isinstance(result, Submission)
+                    submission = result
+                    results[call.id] = ToolResult(call.id, "submitted")
+                except ToolError as err:
+                    results[call.id] = ToolResult(call.id, err.message, err.kind)
+        return TurnResult(tuple(results[c.id] for c in calls), submission, failed is not None)
 
     # ---- helpers --------------------------------------------------------------------------
     @staticmethod
