@@ -16,6 +16,7 @@ from agent.decide.decision import pooled_sd
 from agent.record.events import DecisionMade, Role, RunFinished, Usage, Verdict
 from agent.record.ledger import read_events
 from agent.record.state import LoopState, fold
+from agent.record.views import timeline_text, utilisation
 from cluster.protocol import Slot
 
 _LOSS = re.compile(r"\bloss[:= ]\s*([0-9.]+(?:e[-+]?\d+)?|nan|inf)", re.IGNORECASE)
@@ -126,6 +127,12 @@ def print_status(console: Console, folder: Path, metric: str, state: LoopState |
                       "  (fresh seeds, not the runs that selected it)")
     if sd is not None:
         console.print(f"  seed noise: sd {sd:.4f} ({dof} degrees of freedom, pooled over commits)")
+    use = utilisation(state)
+    if use.share is not None:
+        console.print(f"  workers: {use.workers}, busy {use.share:.0%} of worker time "
+                      f"({use.busy_s / 3600:.2f} h in runs over every invocation)")
+        for row in timeline_text(use):
+            console.print(f"    {row}")
     cal = state.calibration()
     if cal.n:
         console.print(f"  predictions: direction right {cal.direction_accuracy:.0%}, intervals "

@@ -88,6 +88,7 @@ class RunExecutor:
         self.snapshots_dir = results_dir / "snapshots"
         # The data folder as the night found it: a run that changes it is tampered.
         self._data_seen = {m.path: folder_facts(m.source) for m in plan.mounts}
+        self._diffs: dict[str, tuple[str | None, str]] = {}   # commit -> (parent, diff): once each
 
     def snapshot(self, commit: str) -> Path:
         dest = self.snapshots_dir / commit
@@ -166,8 +167,7 @@ class RunExecutor:
                                          self.plan.metric)
         run_dir = self.runs_dir / job.run_id
         env = outcome.environment or environment()
-        parent = self.workspace.parent(commit)
-        diff = self.workspace.diff(commit) if parent else ""   # a root commit's diff is everything
+        parent, diff = self._diff_of(commit)
         provenance = {
             "run_id": job.run_id, "commit": commit, "parent": parent,
             "diff": diff if len(diff) <= MAX_DIFF_CHARS else "",
@@ -207,6 +207,13 @@ class RunExecutor:
             data_hash=self.data.corpus_hash, env_fingerprint=provenance["env_fingerprint"],
             provenance=str((run_dir / "provenance.json").relative_to(self.runs_dir.parent)),
             over_budget_s=budget.over_s if budget else None, **slot))
+
+    def _diff_of(self, commit: str) -> tuple[str | None, str]:
+        """A commit's parent and patch (git twice per commit, not per run)."""
+        if commit not in self._diffs:
+            parent = self.workspace.parent(commit)
+            self._diffs[commit] = (parent, self.workspace.diff(commit) if parent else "")
+        return self._diffs[commit]
 
     def run(self, commit: str, seed: int, role: Role, experiment: str | None,
             on_output: Callable[[str], None] | None = None) -> RunFinished:

@@ -23,7 +23,7 @@ LEDGER_FILE = "ledger.jsonl"
 
 
 def utc_now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
 class Ledger:

@@ -65,6 +65,15 @@ class Experiment:
         return statistics.fmean(values) if values else None
 
 
+@dataclass
+class Invocation:
+    """One `nightshift run` of the loop: when it started and stopped, with how many workers."""
+
+    started: str                      # ISO times of its loop_started/resumed and loop_stopped
+    stopped: str | None = None
+    workers: int = 1
+
+
 @dataclass(frozen=True)
 class Calibration:
     """How a researcher's pre-registered predictions held up over a night."""
@@ -105,6 +114,7 @@ class LoopState:
     hypotheses: dict[str, HypothesisQueued] = field(default_factory=dict)
     decisions: list[DecisionMade] = field(default_factory=list)
     rebases: list[ProposalRebased] = field(default_factory=list)
+    invocations: list[Invocation] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)               # the researcher's, whole night
     # indices, kept as events arrive so that lookups do not scan every run of the night
     _ok: dict[str, dict[Role, dict[int, float]]] = field(default_factory=dict, repr=False)
@@ -125,14 +135,18 @@ class LoopState:
         self.base_commit = self.incumbent = event.base_commit
         self.budget_s = event.budget_s or event.program.get("budget_s") or self.budget_s
         self.records_looks = event.records_looks
+        self.invocations.append(Invocation(event.time, workers=event.workers or 1))
 
     def _loop_resumed(self, event: LoopResumed) -> None:
         self._close_in_flight()
         self.budget_s = event.budget_s or self.budget_s
         self.records_looks = event.records_looks
+        self.invocations.append(Invocation(event.time, workers=event.workers or 1))
 
     def _loop_stopped(self, event: LoopStopped) -> None:
         self.stopped_reason = event.reason
+        if self.invocations and self.invocations[-1].stopped is None:
+            self.invocations[-1].stopped = event.time
 
     def _close_in_flight(self) -> None:
         """A new invocation starts: runs the last one started and never finished died with it."""

@@ -8,6 +8,8 @@ Columns are documented in docs/ledger.md.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -117,3 +119,62 @@ def _replay_row(event: ReplayCommit) -> dict[str, Any]:
         "env_diff": ", ".join(d["field"] for d in event.env_diff or []),
     }
 
+
+
+# ---- the workers ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Utilisation:
+    """How busy the workers were: the share of worker time spent in runs."""
+
+    workers: int                 # of the latest invocation
+    busy_s: float                # summed over runs
+    capacity_s: float            # workers x wall time, summed over invocations
+    share: float | None
+    lanes: dict[int, list[tuple[float, float, str]]]   # worker -> (start, end, role or verdict)
+    start: float | None          # epoch of the latest invocation's start (the timeline's origin)
+    end: float | None
+
+
+def utilisation(state: LoopState, now: float | None = None) -> Utilisation:
+    """Worker utilisation over every invocation, and the latest invocation's timeline. Runs
+    of ledgers without timestamps (before workers) count with their duration, on worker 0."""
+    def epoch(text: str | None) -> float | None:
+        return datetime.fromisoformat(text).timestamp() if text else None
+
+    last_event = max((r.ended or epoch(r.time) or 0.0 for r in state.runs), default=None)
+    capacity = 0.0
+    for invocation in state.invocations:
+        begin = epoch(invocation.started)
+        end = epoch(invocation.stopped) or now or last_event or begin
+        if begin is not None and end is not None:
+            capacity += invocation.workers * max(end - begin, 0.0)
+    busy = sum((r.ended - r.started) if r.started and r.ended else (r.duration_s or 0.0)
+               for r in state.runs)
+    latest = state.invocations[-1] if state.invocations else None
+    start = epoch(latest.started) if latest else None
+    lanes: dict[int, list[tuple[float, float, str]]] = {}
+    for run in state.runs:
+        if start is not None and run.started and run.ended and run.ended >= start:
+            lanes.setdefault(run.worker or 0, []).append((run.started, run.ended, run.role.value))
+    end = (epoch(latest.stopped) if latest else None) or now or last_event
+    return Utilisation(workers=latest.workers if latest else 1, busy_s=busy, capacity_s=capacity,
+                       share=busy / capacity if capacity > 0 else None,
+                       lanes=dict(sorted(lanes.items())), start=start, end=end)
+
+
+def timeline_text(use: Utilisation, width: int = 60) -> list[str]:
+    """The latest invocation's runs per worker as rows of blocks (█ busy, · idle)."""
+    if use.start is None or use.end is None or use.end <= use.start or not use.lanes:
+        return []
+    span = use.end - use.start
+    rows = []
+    for worker in range(max(use.workers, max(use.lanes) + 1)):
+        cells = [0.0] * width
+        for begin, end, _ in use.lanes.get(worker, []):
+            for i in range(width):
+                lo, hi = use.start + span * i / width, use.start + span * (i + 1) / width
+                cells[i] += max(0.0, min(end, hi) - max(begin, lo)) / (hi - lo)
+        rows.append(f"w{worker:<2} " + "".join("█" if c >= 0.5 else "▄" if c > 0.05 else "·"
+                                             for c in cells))
+    return rows

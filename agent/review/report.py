@@ -26,6 +26,7 @@ from agent.record.events import (LoopStarted, ReplayCommit, ReplayRun, ReplaySum
 from agent.record.ledger import read_events, utc_now
 from agent.record.provenance import read_provenance
 from agent.record.state import Experiment, LoopState, fold
+from agent.record.views import utilisation
 from agent.review.charts import calibration_chart, progress_chart, progress_png
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -142,6 +143,7 @@ def build_context(tag_dir: Path, *, metric: str | None = None, direction: str | 
         "calibration": encode(state.calibration()),
         "calibration_chart": calibration_chart(experiments),
         "cost": _cost(state),
+        "workers": _workers(state),
         "replays": _replays(events, state),
         "environment": _environment(state, tag_dir),
     }
@@ -209,6 +211,21 @@ def _chart_data(state: LoopState, rows: list[dict[str, Any]], baseline: float | 
                 frontier.append((i, level))
     return {"points": points, "frontier": frontier, "sd": sd, "direction": direction,
             "n": len(rows)}
+
+
+def _workers(state: LoopState, width: int = 760) -> dict[str, Any]:
+    """Utilisation and the latest invocation's timeline, as SVG geometry."""
+    use = utilisation(state)
+    span = (use.end - use.start) if use.start is not None and use.end is not None else 0.0
+    lanes = []
+    for worker, runs in use.lanes.items():
+        drawn = [{"x": round(width * (begin - use.start) / span, 1),
+                  "w": max(round(width * (end - begin) / span, 1), 1.0), "role": role,
+                  "title": f"w{worker} {role} {end - begin:.0f} s"}
+                 for begin, end, role in runs] if span > 0 else []
+        lanes.append({"worker": worker, "runs": drawn})
+    return {"workers": use.workers, "share": use.share, "busy_s": use.busy_s,
+            "capacity_s": use.capacity_s, "lanes": lanes, "width": width, "span_s": span}
 
 
 def _cost(state: LoopState) -> dict[str, Any] | None:

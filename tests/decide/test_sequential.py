@@ -18,8 +18,13 @@ from agent.decide.sequential import SequentialRule, efficacy_boundaries, gls_dif
 class Loop:
     """A night in miniature. `effects(i)` gives candidate i's true improvement (σ = 1)."""
 
-    def __init__(self, rule: SequentialRule, seed: int, rerun_selection: bool = False) -> None:
+    def __init__(self, rule: SequentialRule, seed: int, rerun_selection: bool = False,
+                 batches: tuple[int, ...] | None = None) -> None:
+        """`batches`: the loop runs several workers and lets each look add a batch of seeds
+        drawn from these sizes (the looks are recorded and passed back, as the real loop does);
+        None: the serial loop, one seed per look and no record of looks."""
         self.rule, self.rng = rule, random.Random(seed)
+        self.batches = batches
         self.level, self.commit = 0.0, 0
         self.cells: dict[tuple[int, int], float] = {}      # a (commit, seed) repeats exactly
         self.values: dict[int, list[float]] = {}
@@ -45,12 +50,18 @@ class Loop:
     def candidate(self, effect: float) -> Decision:
         self.commit += 1
         commit, level, cand = self.commit, self.level - effect, {}
+        looks: list[int] = []
         for _ in range(50):
             sd, dof = pooled_sd(list(self.values.values()))
+            batch = self.rng.choice(self.batches) if self.batches else 1
             out = self.rule.next(Evidence("minimize", dict(cand), dict(self.reference), sd, dof,
-                                          tuple(self.history)))
+                                          tuple(self.history),
+                                          looks=tuple(looks) if self.batches else None, batch=batch))
             if isinstance(out, Decision):
                 break
+            if out.look is not None:
+                looks.append(out.look)
+                assert len(out.candidate_seeds) <= batch
             self.asks.append(out)
             assert not set(out.candidate_seeds) & set(cand), "asked again for a seed it has"
             assert out.candidate_seeds or out.reference_seeds, "asked for nothing"
@@ -83,6 +94,47 @@ def test_no_effect_keep_rate_stays_within_alpha():
             total += 1
     rate = keeps / total
     assert rate <= 0.05 + 3 * (0.05 * 0.95 / total) ** 0.5, f"kept {keeps} of {total}"
+
+
+def test_batched_looks_keep_the_no_effect_rate_within_alpha():
+    # Several workers: a look adds 1 to 4 seeds at once (the sizes vary with the workers free),
+    # so looks land at arbitrary counts; the boundaries follow the looks actually taken.
+    rule = SequentialRule(alpha=0.05)
+    keeps = total = 0
+    uneven = False
+    for night in range(4):
+        loop = Loop(rule, seed=100 + night, batches=(1, 2, 3, 4))
+        for _ in range(150):
+            decision = loop.candidate(0.0)
+            keeps += decision.verdict is Verdict.KEEP
+            total += 1
+            at = decision.details.get("looks_at", [])
+            uneven |= any(b - a > 1 for a, b in zip(at, at[1:]))
+    assert uneven, "no look ever skipped a seed count: the batches were not exercised"
+    rate = keeps / total
+    assert rate <= 0.05 + 3 * (0.05 * 0.95 / total) ** 0.5, f"kept {keeps} of {total}"
+
+
+def test_boundaries_for_any_looks_taken_spend_at_most_alpha():
+    # The z-statistic of a candidate with no effect, observed at the looks actually taken (a
+    # Brownian motion in information time), crosses the computed boundaries at most alpha of
+    # the time, for look schedules a serial or a batched night may produce.
+    rng = np.random.default_rng(7)
+    rule = SequentialRule(alpha=0.05)
+    for looks in [(1, 2, 3, 4, 5, 6, 7, 8), (1, 5, 8), (1, 3, 4, 8), (1, 8), (1, 2, 6)]:
+        bounds = rule.boundaries(0.05, looks)
+        futility = [rule.futility[0]] + [rule.futility[1]] * (len(looks) - 1)
+        steps = np.diff((0,) + looks)
+        paths = np.cumsum(rng.normal(size=(200_000, len(looks))) * np.sqrt(steps), axis=1)
+        z = paths / np.sqrt(looks)
+        alive = np.ones(len(z), dtype=bool)
+        crossed = np.zeros(len(z), dtype=bool)
+        for k in range(len(looks)):
+            crossed |= alive & (z[:, k] >= bounds[k])
+            alive &= (z[:, k] < bounds[k]) & (z[:, k] > futility[k])
+        assert crossed.mean() <= 0.05 + 3 * (0.05 * 0.95 / len(z)) ** 0.5, (looks, crossed.mean())
+    # a prefix of the looks gets the same boundaries as the whole schedule (Lan-DeMets)
+    assert rule.boundaries(0.05, (1, 3)) == rule.boundaries(0.05, (1, 3, 8))[:2]
 
 
 def test_a_large_true_effect_is_kept():

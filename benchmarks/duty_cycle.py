@@ -1,0 +1,132 @@
+"""Duty cycle: the share of worker time spent in runs, serial vs overlapped proposals, at 1, 2,
+4 and 8 workers; and the wall time to decide the same candidates at 1 vs 4 workers.
+
+    python benchmarks/duty_cycle.py [--run-s 6] [--think-s 0.6] [--workers 1 2 4 8]
+    python benchmarks/duty_cycle.py --speedup [--candidates 20] [--run-s 3]
+
+The real loop (ledger, git workspace, snapshots, the local sandbox, the keep rule, the
+scheduler) runs sleep-based training scripts (each run sleeps `--run-s` and prints a noisy
+metric, so nothing competes for the cores) and a researcher that thinks `--think-s` seconds
+per proposal (a delaying researcher: the stand-in for an LLM's latency). Utilisation is read
+from the ledger afterwards (`agent.record.views.utilisation`: time inside runs over workers x
+wall time). Serial means `overlap: false` (the researcher is asked only when nothing runs);
+overlapped means `overlap: true` (a proposal is prepared while runs train). Prints figures,
+never asserts.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from agent.night.loop import QuietObserver, StopRules  # noqa: E402
+from agent.night.session import build_session  # noqa: E402
+from agent.program import load_program  # noqa: E402
+from agent.record.events import Prediction  # noqa: E402
+from agent.record.views import utilisation  # noqa: E402
+from agent.researchers.base import Proposal, ResearchContext, Researcher  # noqa: E402
+from agent.researchers.knobs import set_knobs  # noqa: E402
+from tests.loop_helpers import make_repo  # noqa: E402
+
+SCRIPT = '''\
+import json, os, random, time
+WIDTH = 64          # a knob that changes nothing   # search: int(1, 100000)
+time.sleep(float(os.environ["NIGHTSHIFT_BUDGET_S"]))
+value = 2.0 + random.SystemRandom().gauss(0.0, 0.02)
+with open(os.path.join(os.environ["NIGHTSHIFT_OUT"], "result.json"), "w") as f:
+    json.dump({"val_bpb": value}, f)
+'''
+
+PROGRAM = '''\
+---
+target: sleepy.py
+protected: []
+command: python sleepy.py
+prepare: null
+budget: {run_s}s
+grace: 30s
+seeds: {{baseline: 2, screen: 1, max: 4}}
+sandbox: local
+researcher: optuna
+---
+Sleep-based runs whose knob does nothing.
+'''
+
+
+class DelayingResearcher(Researcher):
+    """Thinks `think_s` seconds, then proposes a new value of a knob that does nothing."""
+
+    name = "delaying"
+
+    def __init__(self, think_s: float) -> None:
+        self.think_s = think_s
+
+    def propose(self, context: ResearchContext) -> Proposal:
+        time.sleep(self.think_s)
+        value = 64 + context.experiment_index
+        return Proposal(source=set_knobs(context.incumbent_source, {"WIDTH": value}),
+                        description=f"WIDTH -> {value}", hypothesis="it changes nothing",
+                        prediction=Prediction("same", 0.0, (-0.05, 0.05), 0.8, "a no-op"))
+
+
+def night(tmp: Path, name: str, *, workers: int, overlap: bool, run_s: float, think_s: float,
+          candidates: int) -> dict:
+    repo = make_repo(tmp / name, {"sleepy.py": SCRIPT, "program.md": PROGRAM.format(run_s=run_s)})
+    program = load_program(repo / "program.md", {"workers": workers, "overlap": overlap})
+    session = build_session(program, "bench", researcher="optuna", sandbox="local",
+                            observer=QuietObserver())
+    session.loop.researcher = DelayingResearcher(think_s)
+    started = time.monotonic()
+    session.loop.run(StopRules(max_experiments=candidates))
+    wall = time.monotonic() - started
+    session.loop.workspace.close()
+    state = session.loop.state
+    use = utilisation(state)
+    runs = len(state.runs)
+    return {"share": use.share, "wall": wall, "runs": runs,
+            "overhead": (use.capacity_s - use.busy_s) / runs if runs else None,
+            "per_run": statistics.median(r.duration_s or 0 for r in state.runs)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--run-s", type=float, default=6.0, help="seconds each run sleeps")
+    parser.add_argument("--think-s", type=float, default=0.6, help="seconds per proposal")
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4, 8])
+    parser.add_argument("--per-worker", type=int, default=6, help="candidates per worker")
+    parser.add_argument("--speedup", action="store_true",
+                        help="instead: wall time for the same candidates at 1 vs 4 workers")
+    parser.add_argument("--candidates", type=int, default=20)
+    args = parser.parse_args()
+    load = Path("/proc/loadavg").read_text().split()[0]
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.speedup:
+            walls = {}
+            for workers in (1, 4):
+                r = night(Path(tmp), f"s{workers}", workers=workers, overlap=True,
+                          run_s=args.run_s, think_s=args.think_s, candidates=args.candidates)
+                walls[workers] = r["wall"]
+                print(f"{workers} worker(s): {args.candidates} candidates decided in {r['wall']:.1f} s "
+                      f"({r['runs']} runs of {args.run_s:g} s, busy {r['share']:.0%})", flush=True)
+            print(f"speed-up 4 vs 1 workers: {walls[1] / walls[4]:.2f}x (load average {load} at start)")
+            return
+        print(f"runs of {args.run_s:g} s, a researcher thinking {args.think_s:g} s per proposal, "
+              f"{args.per_worker} candidates per worker; load average {load} at start")
+        print(f"{'workers':>8} {'serial':>8} {'overlap':>8}   idle worker-s per run (overlap)")
+        for workers in args.workers:
+            row = {}
+            for overlap in (False, True):
+                row[overlap] = night(Path(tmp), f"w{workers}-{overlap}", workers=workers,
+                                     overlap=overlap, run_s=args.run_s, think_s=args.think_s,
+                                     candidates=args.per_worker * workers)
+            print(f"{workers:>8} {row[False]['share']:>8.1%} {row[True]['share']:>8.1%}   "
+                  f"{row[True]['overhead']:.2f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
