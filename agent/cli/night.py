@@ -122,6 +122,7 @@ def noise(
     noise estimate but never serve as an incumbent's reference."""
     from agent.cli.display import RichObserver, mean_sd
     from agent.decide.noise import suggest_settings
+    from agent.night.checks import SEED_FIX, observe_seeding
     from agent.night.session import build_session, default_tag
 
     prog = load(program, {"budget": budget, "sandbox": sandbox})
@@ -146,9 +147,16 @@ def noise(
         raise fail("fewer than two runs succeeded; see the logs under "
                    f"{session.results / 'runs'}", ExitCode.LOOP)
     console.print(f"{sha[:8]}: {prog.metric} {mean_sd(values)}")
+    seeding = observe_seeding(state.ok_values(sha, Role.NOISE), prog.metric)
+    if seeding.kind == "identical":
+        raise fail(f"{sha[:8]}: {seeding.note}, so there is no seed-to-seed noise to measure and "
+                   f"no seeds or min_effect to suggest. Fix: {SEED_FIX}")
     per_commit = {c: state.ok_values(c) for c in {r.commit for r in state.runs}}
     per_commit = {c: v for c, v in per_commit.items() if len(v) >= 2}
-    advice = suggest_settings(per_commit, alpha=prog.alpha)
+    try:
+        advice = suggest_settings(per_commit, alpha=prog.alpha)
+    except ValueError as error:
+        raise fail(f"{error}") from None
     console.print(f"pooled seed noise: sd {advice['noise_sd']:.4f} ({advice['dof']} dof over "
                   f"{len(per_commit)} commits); same-seed shared fraction {advice['seed_share']:.2f}")
     plan = advice["seeds"]

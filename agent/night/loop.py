@@ -31,6 +31,7 @@ from typing import Any, Callable, Protocol
 
 from agent.decide.decision import DecisionRule, Evidence, RunMore, pooled_sd
 from agent.decide.scoring import score_prediction
+from agent.night.checks import baseline_verdict
 from agent.night.proposals import ProposalThread, Ready
 from agent.night.reconcile import reconcile
 from agent.night.runs import RunExecutor
@@ -150,6 +151,7 @@ class ResearchLoop:
         self._unused: set[str] = set()          # snapshots to drop once their runs are done
         self._researcher_error: ResearcherError | None = None
         self._decided_here = 0
+        self._baseline_checked = False          # the first baseline's verdict was given
         self.proposals = ProposalThread(self.researcher, lambda ready: self._queue("proposal", ready))
         try:
             self._start()
@@ -287,6 +289,7 @@ class ResearchLoop:
         """Ask the rule about every pending candidate whose batch has landed."""
         if not self._incumbent_measured():
             return
+        self._check_baseline()
         for experiment in self.state.pending_experiments():
             if experiment.decided or self._waiting(experiment):
                 continue
@@ -299,6 +302,18 @@ class ResearchLoop:
             if step.look is not None and step.look not in experiment.looks:
                 self.ledger.append(LookTaken(id=experiment.id, seeds=step.look, reason=step.reason))
             self._asked[experiment.id] = step
+
+    def _check_baseline(self) -> None:
+        """Once, before the first candidate: print the verdict on the first baseline's runs,
+        and stop when the seed changes nothing (agent.night.checks)."""
+        if self._baseline_checked or self.state.experiments:
+            return
+        self._baseline_checked = True
+        verdict = baseline_verdict(self.state, self.program, self.ledger.dir)
+        for line in verdict.lines():
+            self.observer.message(line)
+        if verdict.stop:
+            raise LoopError(verdict.stop)
 
     def _incumbent_measured(self) -> bool:
         reference = self.state.reference(self.state.incumbent)
@@ -399,6 +414,8 @@ class ResearchLoop:
                 continue
             if reference_only or not self._ready or not self._room_for_candidates():
                 return
+            if not (self._baseline_checked or self.state.experiments):
+                return   # the first candidate waits for the first baseline's verdict
             self._record_next_proposal()
 
     def _free_slots(self) -> list[Slot]:

@@ -72,9 +72,10 @@ def build_session(program: Program, tag: str, *, researcher: str, sandbox: str,
 
     chosen = make_researcher(name, state_dir=results / "researcher", direction=program.direction,
                              claude=program.claude, openai=program.openai, script=script,
-                             seed=seed, experiment_detail=detail)
+                             seed=seed, experiment_detail=detail, knobs=program.knobs)
     rule = make_rule(program.decision, program.rule_settings)
-    executor = RunExecutor(plan=RunPlan.from_program(program, split=split), runner=runner,
+    plan = RunPlan.from_program(program, split=split)
+    executor = RunExecutor(plan=plan, runner=runner,
                            workspace=workspace, ledger=ledger, data=data, results_dir=results)
 
     def workers(on_done: OnDone) -> Workers:
@@ -94,4 +95,6 @@ def build_session(program: Program, tag: str, *, researcher: str, sandbox: str,
              f"workers: {shown} on {program.cluster}"
              + ("" if program.overlap else " (proposals only between runs: overlap false)"),
              f"decision rule: {rule.name}", f"data: {data.path}", f"results: {results}"]
+    for mount in plan.mounts:
+        notes.insert(4, f"data folder: {mount.path} of your checkout, read-only at that path in every run")
     return Session(loop=loop, results=results, notes=notes)

@@ -1,4 +1,5 @@
-"""The LLM-free researcher: an Optuna study over the target's annotated knobs.
+"""The LLM-free researcher: an Optuna study over the target's knobs (its `# search:`
+annotations and program.md's `knobs:`, see agent.researchers.knobs).
 
 Each proposal varies 1..knobs_per_proposal knobs (chosen deterministically from the seed and
 the experiment index) and fixes the others at the incumbent's values, so a kept change is
@@ -26,7 +27,7 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, Floa
 from optuna.trial import TrialState
 
 from agent.researchers.knobs import (
-    Knob, KnobError, format_value, parse_assignments, parse_knobs, round_sig, same_value, set_knobs,
+    Knob, KnobError, find_knobs, format_value, parse_assignments, round_sig, same_value, set_knobs,
 )
 from agent.researchers.prediction_stats import TriedConfig, predict_delta
 from agent.researchers.base import Outcome, Proposal, ResearchContext, Researcher, ResearcherError
@@ -36,12 +37,13 @@ SIGNIFICANT_DIGITS = 3   # sampled floats are rounded so the diff stays readable
 
 
 class OptunaResearcher(Researcher):
-    """TPE over the annotated knobs, persisted in `state_dir/optuna.db`."""
+    """TPE over the target's knobs, persisted in `state_dir/optuna.db`. `knobs` is
+    program.md's `knobs:` (name -> search space) over the target's own assignments."""
 
     name = "optuna"
 
     def __init__(self, state_dir: Path, seed: int = 0, knobs_per_proposal: int = 2,
-                 direction: str = "minimize") -> None:
+                 direction: str = "minimize", knobs: dict[str, str] | None = None) -> None:
         if direction not in ("minimize", "maximize"):
             raise ResearcherError(f"optuna researcher: direction must be minimize|maximize, got {direction!r}")
         if knobs_per_proposal < 1:
@@ -51,6 +53,7 @@ class OptunaResearcher(Researcher):
         self.seed = seed
         self.knobs_per_proposal = knobs_per_proposal
         self.direction = direction
+        self.declared = dict(knobs or {})
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self.study = optuna.create_study(
             study_name=STUDY_NAME, storage=_sqlite_storage(self.state_dir / "optuna.db"),
@@ -139,13 +142,14 @@ class OptunaResearcher(Researcher):
 
     def _knobs(self, context: ResearchContext) -> list[Knob]:
         try:
-            knobs = parse_knobs(context.incumbent_source)
+            knobs = find_knobs(context.incumbent_source, path=context.target, declared=self.declared)
         except KnobError as exc:
             raise ResearcherError(f"optuna researcher: {context.target}: {exc}") from exc
         if not knobs:
             raise ResearcherError(
-                f"optuna researcher: {context.target} has no annotated knobs; annotate constants "
-                f"like `LR = 3e-3  # search: log(1e-4, 3e-2)` or use another researcher"
+                f"optuna researcher: {context.target} has no knobs; name assignments of the target "
+                f"in program.md (`knobs: {{learning_rate: log(1e-4, 1e-2)}}`), annotate constants "
+                f"like `LR = 3e-3  # search: log(1e-4, 3e-2)`, or use another researcher"
             )
         return knobs
 
@@ -205,7 +209,7 @@ class OptunaResearcher(Researcher):
             f"{n} {format_value(incumbent[n])} -> {format_value(v)}" for n, v in changed.items())
         if hypothesis is None:
             hypothesis = self._evidence_sentence(context.metric, changed, history, prediction.expected_delta)
-        source = set_knobs(context.incumbent_source, changed)
+        source = set_knobs(context.incumbent_source, changed, path=context.target, declared=self.declared)
         return Proposal(
             source=source, description=description, hypothesis=hypothesis, prediction=prediction,
             hypothesis_id=hypothesis_id,

@@ -180,7 +180,7 @@ def test_direction_mismatch_with_the_stored_study_is_refused(tmp_path):
 
 
 def test_a_target_without_knobs_stops_with_a_fix(tmp_path):
-    with pytest.raises(ResearcherError, match="no annotated knobs"):
+    with pytest.raises(ResearcherError, match=r"has no knobs.*knobs: \{learning_rate: log.*# search:"):
         OptunaResearcher(tmp_path).propose(context(1, source="X = 1\n"))
     with pytest.raises(ResearcherError, match="train.py: line 1"):
         OptunaResearcher(tmp_path).propose(context(1, source="X = 1  # search: nope(1)\n"))
@@ -194,3 +194,22 @@ def test_proposes_on_the_real_training_script(tmp_path):
     before, after = knob_values(source), knob_values(p.source)
     changed = [n for n in after if after[n] != before[n]]
     assert 1 <= len(changed) <= 2 and all(knobs[n].contains(after[n]) for n in changed)
+
+
+def test_knobs_declared_in_program_md_are_searched_in_a_yaml_config(tmp_path):
+    """program.md's `knobs:` over a YAML target: the proposal rewrites values, nothing else."""
+    import yaml
+
+    source = "# run settings\noptimizer:\n  lr: 3.0e-4   # peak\n  beta2: 0.99\nmodel:\n  n_layer: 4\nname: run\n"
+    declared = {"optimizer.lr": "log(1e-5, 1e-2)", "model.n_layer": "int(2, 8)", "optimizer.beta2": "float(0.9, 0.999)"}
+    researcher = OptunaResearcher(tmp_path, seed=2, knobs=declared)
+    ctx = ResearchContext(
+        program_text="", target="conf/train.yaml", incumbent_source=source, incumbent_commit="c0",
+        protected={}, ledger_summary="", metric="val_loss", direction="minimize",
+        noise_sd=0.01, incumbent_value=1.0, experiment_index=1)
+    proposal = researcher.propose(ctx)
+    before, after = yaml.safe_load(source), yaml.safe_load(proposal.source)
+    changed = {f"{a}.{b}" for a in ("optimizer", "model") for b in before[a] if before[a][b] != after[a][b]}
+    assert changed == set(proposal.extra["params"]) and 1 <= len(changed) <= 2
+    assert after["name"] == "run" and proposal.source.startswith("# run settings\n")
+    assert len(proposal.source.splitlines()) == len(source.splitlines())

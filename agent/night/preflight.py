@@ -1,0 +1,263 @@
+"""`nightshift check`: everything a night would trip over, found before it starts.
+
+`preflight(program, sandbox=...)` opens a throw-away branch and worktree (tag
+`nightshift-check`, removed afterwards; its run folders stay in
+`results/nightshift-check/runs/` for their logs), then checks, in order, one `Check` each:
+
+  program valid · target and knobs · prepare step · data folder · sandbox · interpreter
+  (python in the sandbox, its torch and CUDA) · metric found · seeds change the result ·
+  budget respected · nothing written outside the allowed places · your checkout untouched
+
+by running the incumbent (your HEAD) on two seeds with the program's budget, exactly as a
+night's baseline would run. The run checks are the ones `run` prints after its first
+baseline (agent.night.checks.judge_runs).
+"""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Callable
+
+from agent.night.checks import Verdict, judge_runs
+from agent.night.data import DataError, PreparedData, folder_facts, prepare_data, repository_data
+from agent.night.outputs import human_bytes
+from agent.night.runs import RunExecutor, RunPlan, gpu_for_runs
+from agent.program import Program
+from agent.record.events import Role
+from agent.record.ledger import Ledger
+from agent.researchers.knobs import KnobError, find_knobs, format_value
+from agent.researchers.registry import resolve_researcher_name
+from agent.workspace.repo import Workspace, WorkspaceError, remove_snapshot
+from sandbox import Limits, RunSpec, SandboxUnavailable, Status
+
+CHECK_TAG = "nightshift-check"
+CHECK_SEEDS = (0, 1)
+
+# Run inside the sandbox as `python -c ...`: what `python` is there, and its torch.
+_PROBE = """import platform, sys
+print("---")
+print("python:", sys.executable)
+print("version:", platform.python_version())
+try:
+    import torch
+    print("torch:", torch.__version__)
+    print("cuda:", torch.cuda.is_available())
+    print("gpus:", torch.cuda.device_count())
+except Exception as exc:
+    print("torch: none (" + type(exc).__name__ + ")")
+print("probe: 1")
+"""
+
+Say = Callable[[str], None]
+
+
+def preflight(program: Program, *, sandbox: str, budget_s: float | None = None,
+              say: Say = lambda text: None, on_output: Callable[[str], None] | None = None) -> Verdict:
+    """Check `program` as a night would run it; `say` hears progress. Never raises for a
+    problem of the user's: each becomes a failed Check with its fix."""
+    from agent.night.session import data_cache, results_dir
+    from sandbox.select import make_runner
+
+    if budget_s is not None:
+        program = program.with_overrides(budget=budget_s)
+    verdict = Verdict()
+    verdict.add("program valid", True, f"{program.path.name}: command `{program.command}`, "
+                f"metric {program.metric} ({program.direction}), budget {program.budget_s:g} s")
+    results = results_dir(program, CHECK_TAG)
+    _forget(program, results)
+    try:
+        workspace = Workspace.open(program.root, CHECK_TAG, results / "worktree")
+    except WorkspaceError as error:
+        verdict.add("target and knobs", False, str(error), "commit your code in a git repository first")
+        return verdict
+    try:
+        target_ok = _target_and_knobs(verdict, program, workspace)
+        data = _prepare(verdict, program, workspace, data_cache())
+        mount_ok = _data_folder(verdict, program)
+        try:
+            runner, why = make_runner(sandbox, image=program.image)
+        except SandboxUnavailable as error:
+            verdict.add("sandbox", False, str(error), "start the engine or build the image as it says, "
+                        "or use --sandbox local")
+            return verdict
+        facts = runner.describe()
+        if runner.name == "local" and not facts.get("read_only_root"):
+            why += ("; no mount namespace here, so writes outside the run's folders are not "
+                    "prevented (only noticed in your checkout and the data folder): prefer docker")
+        elif runner.name == "local":
+            why += f"; working directory: {'a private overlay' if facts.get('overlay') else 'a private copy'}"
+        verdict.add("sandbox", True, why)
+        plan = RunPlan.from_program(program if mount_ok else program.with_overrides(data=None))
+        if data is None:
+            (results / "no-data").mkdir(parents=True, exist_ok=True)
+        executor = RunExecutor(plan=plan, runner=runner, workspace=workspace, ledger=Ledger(results),
+                               data=data or PreparedData(results / "no-data", {}), results_dir=results)
+        head = workspace.head()
+        _interpreter(verdict, executor, head, results)
+        if not (target_ok and data is not None and mount_ok):
+            verdict.add("runs", None, "skipped: fix the problems above first")
+            return verdict
+        before = _checkout_status(program.root)
+        runs = []
+        for seed in CHECK_SEEDS:
+            say(f"running {head[:8]} on seed {seed} (budget {plan.budget_s:g} s, grace {plan.grace_s:g} s)")
+            run = executor.run(head, seed, Role.REFERENCE, None, on_output=on_output)
+            say(f"  seed {seed}: {run.status.value} "
+                + (f"{program.metric} {run.metric:.6g}" if run.metric is not None else run.reason)
+                + f" ({run.duration_s or 0:.1f} s)")
+            runs.append(run)
+        judge_runs(verdict, runs, program, results, plan.budget_s)
+        after = _checkout_status(program.root)
+        if after != before:
+            verdict.add("your checkout untouched", False, f"git status changed during the runs: "
+                        f"{sorted(set(after) ^ set(before))[:5]}", "the script must write only to "
+                        "{out} or its working directory, not to absolute paths in your checkout")
+        else:
+            verdict.add("your checkout untouched", True, "git status is the same before and after")
+        return verdict
+    finally:
+        workspace.remove(delete_branch=True)
+        _remove_snapshots(results)
+
+
+def _forget(program: Program, results: Path) -> None:
+    """Remove what an earlier check left (its worktree entry, branch and folder)."""
+    if (results / "worktree").exists() or results.exists():
+        subprocess.run(["git", "-C", str(program.root), "worktree", "remove", "--force",
+                        str(results / "worktree")], capture_output=True)
+        subprocess.run(["git", "-C", str(program.root), "worktree", "prune"], capture_output=True)
+        _remove_snapshots(results)
+        shutil.rmtree(results, ignore_errors=True)
+    subprocess.run(["git", "-C", str(program.root), "branch", "-D", "--quiet", f"nightshift/{CHECK_TAG}"],
+                   capture_output=True)
+
+
+def _remove_snapshots(results: Path) -> None:
+    snapshots = results / "snapshots"
+    if snapshots.exists():
+        for folder in snapshots.iterdir():
+            remove_snapshot(folder)
+        shutil.rmtree(snapshots, ignore_errors=True)
+
+
+def _target_and_knobs(verdict: Verdict, program: Program, workspace: Workspace) -> bool:
+    head = workspace.head()
+    try:
+        source = workspace.read(program.target, head)
+    except FileNotFoundError:
+        verdict.add("target and knobs", False, f"{program.target} is not in your HEAD commit {head[:8]}",
+                    f"commit {program.target}: runs see the commit, not your working tree")
+        return False
+    except UnicodeDecodeError:
+        verdict.add("target and knobs", False, f"{program.target} is not UTF-8 text",
+                    "point target at a text file (a Python or YAML config)")
+        return False
+    local = program.root / program.target
+    dirty = local.is_file() and local.read_text(encoding="utf-8", errors="replace") != source
+    note = " (your checkout has uncommitted changes to it: runs use the commit)" if dirty else ""
+    try:
+        knobs = find_knobs(source, path=program.target, declared=program.knobs)
+    except KnobError as error:
+        verdict.add("target and knobs", False, f"{program.target}: {error}",
+                    "fix the knob as the message says (program.md's knobs:, or the annotation)")
+        return True
+    try:
+        researcher = resolve_researcher_name(program.researcher)[0]
+    except Exception:
+        researcher = program.researcher
+    if not knobs:
+        if researcher == "optuna":
+            verdict.add("target and knobs", False, f"{program.target} at {head[:8]} has no knobs for the "
+                        f"optuna researcher{note}", "name assignments of the target in program.md, e.g. "
+                        "knobs: {learning_rate: 'log(1e-4, 1e-2)'}")
+        else:
+            verdict.add("target and knobs", True, f"{program.target} at {head[:8]}; no knobs (the "
+                        f"{researcher} researcher edits the file as a whole){note}")
+        return True
+    flagged = [k.name for k in knobs if re.search(rf"--{re.escape(k.name)}(=|\s)", program.command)]
+    if flagged:
+        verdict.add("target and knobs", False, f"the command passes {', '.join('--' + n for n in flagged)}, "
+                    f"which overrides the knob{'s' if len(flagged) > 1 else ''} of the same name in "
+                    f"{program.target}: the researcher's edits would do nothing",
+                    "remove those flags from command (the target's values are what runs), or drop the knobs")
+        return True
+    shown = ", ".join(f"{k.name}={format_value(k.value)} in {k.describe_space()}" for k in knobs[:6])
+    more = f" and {len(knobs) - 6} more" if len(knobs) > 6 else ""
+    outside = [k.name for k in knobs if not k.contains(k.value)]
+    warn = f"; outside their space now: {', '.join(outside)}" if outside else ""
+    verdict.add("target and knobs", True, f"{program.target} at {head[:8]}: {len(knobs)} knobs: "
+                f"{shown}{more}{warn}{note}")
+    return True
+
+
+def _prepare(verdict: Verdict, program: Program, workspace: Workspace, cache: Path):
+    try:
+        data = prepare_data(program.prepare, workspace.path, cache)
+    except (DataError, OSError, ValueError) as error:
+        verdict.add("prepare step", False, str(error).replace("\n", " | "),
+                    "the prepare command must exit 0 and print `data_dir: <path>` (see the README: "
+                    "the prepare step); or set prepare: null")
+        return None
+    if program.prepare:
+        facts = folder_facts(data.path)
+        verdict.add("prepare step", True, f"`{program.prepare}` gave data_dir {data.path} "
+                    f"({facts['files']} files, {human_bytes(facts['bytes'])})")
+    else:
+        verdict.add("prepare step", None, "none (prepare: null): $NIGHTSHIFT_DATA is an empty folder")
+    return data
+
+
+def _data_folder(verdict: Verdict, program: Program) -> bool:
+    if program.data is None:
+        return True
+    try:
+        mount = repository_data(program.root, program.data)
+    except DataError as error:
+        verdict.add("data folder", False, str(error), "create the folder in your checkout, or fix data:")
+        return False
+    facts = folder_facts(mount.source)
+    verdict.add("data folder", True, f"{program.data} of your checkout ({facts['files']} files, "
+                f"{human_bytes(facts['bytes'])}, git-ignored ones included), read-only at "
+                f"{program.data} in every run")
+    return True
+
+
+def _interpreter(verdict: Verdict, executor: RunExecutor, commit: str, results: Path) -> None:
+    """Run the probe in the sandbox: what `python` in the command is there, and its torch."""
+    out = results / "probe" / "out"
+    out.mkdir(parents=True, exist_ok=True)
+    plan = executor.plan
+    spec = RunSpec(command=f"python -I -c \"exec(bytes.fromhex('{_PROBE.encode().hex()}').decode())\"",
+                   snapshot_dir=executor.snapshot(commit), data_dir=executor.data.path, out_dir=out,
+                   seed=0, budget_s=60, grace_s=30, metric="probe", python=plan.python,
+                   limits=Limits(memory_mb=plan.limits.memory_mb, pids=plan.limits.pids,
+                                 gpu=plan.limits.gpu))
+    result = executor.runner.run(spec)
+    facts = result.metrics
+    if result.status != Status.OK:
+        verdict.add("interpreter", False, f"python did not run in the sandbox: {result.status.value}: "
+                    f"{result.reason}", "build the sandbox image for this machine, or use --sandbox local")
+        return
+    where = f"{facts.get('python')} (Python {facts.get('version')}) in the {result.backend} sandbox"
+    torch = str(facts.get("torch", "none"))
+    if torch.startswith("none"):
+        verdict.add("interpreter", None, f"python in the command is {where}; no torch there (fine if "
+                    f"the script does not import it; else install it for that interpreter)")
+        return
+    cuda = facts.get("cuda") in (True, "True")
+    gpus = f"CUDA available, {facts.get('gpus')} GPU(s) visible" if cuda else "CUDA not available: runs use the CPU"
+    if gpu_for_runs() is not None and not cuda:
+        verdict.add("interpreter", False, f"python in the command is {where}, torch {torch}; this "
+                    f"machine has a GPU but the sandbox's torch sees none",
+                    "use a CUDA build of torch; for docker, the NVIDIA Container Toolkit and a "
+                    "dockerfile-mode image")
+        return
+    verdict.add("interpreter", True, f"python in the command is {where}, torch {torch}, {gpus}")
+
+
+def _checkout_status(root: Path) -> list[str]:
+    done = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=all"],
+                          capture_output=True, text=True)
+    return sorted(line for line in done.stdout.splitlines() if line.strip())
