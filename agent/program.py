@@ -81,6 +81,7 @@ class Program:
     researcher: str = "auto"
     workers: int | None = None    # runs in flight at once; None (`auto`): one per GPU, else 1
     overlap: bool = True          # the researcher prepares proposals while runs train
+    control: float = 0.0          # share of experiments proposed by the LLM-free control arm
     cluster: str = CLUSTERS[0]    # where runs execute: this machine, or a Ray cluster
     cluster_address: str | None = None   # a Ray cluster's address (default: $RAY_ADDRESS)
     limits: ResourceLimits = field(default_factory=ResourceLimits)
@@ -439,6 +440,7 @@ _FIELDS: dict[str, tuple[str, Parser]] = {
     "image": ("image", _text),
     "workers": ("workers", _workers),
     "overlap": ("overlap", _bool),
+    "control": ("control", _check(_float, lambda c: 0 <= c <= 0.9, "a share in [0, 0.9], like 0.25")),
     "cluster": ("cluster", _choice(*CLUSTERS)),
     "cluster_address": ("cluster_address", _optional(_text)),
     "claude": ("claude", _record(llm.ClaudeSettings, _RECORDS["claude"], _cross_check(llm.check_claude))),

@@ -73,6 +73,14 @@ def build_session(program: Program, tag: str, *, researcher: str, sandbox: str,
     chosen = make_researcher(name, state_dir=results / "researcher", direction=program.direction,
                              claude=program.claude, openai=program.openai, script=script,
                              seed=seed, experiment_detail=detail, knobs=program.knobs)
+    control = None
+    if program.control > 0:
+        if chosen.name == "optuna":
+            raise ValueError(f"{program.path.name}: control: {program.control:g} asks for an "
+                             f"LLM-free control arm beside an LLM researcher, but the researcher "
+                             f"is optuna already; set control: 0 or choose researcher: claude")
+        control = make_researcher("optuna", state_dir=results / "researcher" / "control",
+                                  direction=program.direction, seed=seed, knobs=program.knobs)
     rule = make_rule(program.decision, program.rule_settings)
     plan = RunPlan.from_program(program, split=split)
     executor = RunExecutor(plan=plan, runner=runner,
@@ -89,12 +97,16 @@ def build_session(program: Program, tag: str, *, researcher: str, sandbox: str,
         "data_dir": str(data.path), "corpus_hash": data.corpus_hash, "budget_s": program.budget_s}
     loop = ResearchLoop(tag=tag, program=program, workspace=workspace, ledger=ledger,
                         executor=executor, researcher=chosen, rule=rule, make_workers=workers,
-                        observer=observer, facts=facts, overlap=program.overlap)
+                        observer=observer, facts=facts, overlap=program.overlap,
+                        control=control, control_share=program.control)
     shown = "auto" if program.workers is None else program.workers
     notes = [f"researcher: {chosen.name} ({researcher_why})", f"sandbox: {sandbox_why}",
              f"workers: {shown} on {program.cluster}"
              + ("" if program.overlap else " (proposals only between runs: overlap false)"),
              f"decision rule: {rule.name}", f"data: {data.path}", f"results: {results}"]
+    if control is not None:
+        notes.insert(1, f"control arm: optuna proposes {program.control:.0%} of the experiments "
+                        f"(report: Arms)")
     for mount in plan.mounts:
         notes.insert(4, f"data folder: {mount.path} of your checkout, read-only at that path in every run")
     return Session(loop=loop, results=results, notes=notes)
