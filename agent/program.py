@@ -6,7 +6,11 @@ Contract:
   and both pass through the same parsers in `_FIELDS`;
 - anything wrong raises `ProgramError` naming the file, the field, the line and the fix,
   e.g. ``program.md:7: field 'budget': expected a duration like 60s, 10m or 1.5h, got 'soon'``.
-Paths (`target`, `protected`) are relative to `Program.root`, the repository holding program.md.
+Paths (`target`, `protected`, `data`) are relative to `Program.root`, the repository holding
+program.md. What can be checked without running anything is checked here, before any run: the
+command's placeholders, the metric patterns, the `env:` names, and the knobs (program.md's
+`knobs:`, or the target's `# search:` annotations for the optuna researcher) against the
+target file.
 """
 from __future__ import annotations
 
@@ -23,8 +27,10 @@ import yaml
 from agent.decide import fdr, rules
 from agent.decide.decision import RuleSettings, SeedPlan
 from agent.researchers import settings as llm
-from agent.researchers.registry import RESEARCHER_NAMES
+from agent.researchers.knobs import DeclaredKnobError, KnobError, find_knobs, parse_space
+from agent.researchers.registry import RESEARCHER_NAMES, resolve_researcher_name
 from cluster.select import CLUSTERS
+from sandbox.protocol import PLACEHOLDERS, unknown_placeholders
 from sandbox.select import BACKENDS
 
 
@@ -52,9 +58,16 @@ class Program:
     prose: str                    # everything after the front matter: the researcher's brief
     target: str = "train/train.py"
     protected: tuple[str, ...] = ("train/prepare.py",)
-    command: str = "python train/train.py"
+    command: str = "python train/train.py"   # may use {seed} {budget_s} {out} {data} {split}
     prepare: str | None = "python train/prepare.py"  # run once on the host; None = no data
     metric: str = "val_bpb"
+    result_file: str = "result.json"    # the JSON file in $NIGHTSHIFT_OUT holding the metric
+    metric_pattern: str | None = None   # regex with one group: the metric from the log's last match
+    metrics_pattern: str | None = None  # regex with named groups: more figures from the log
+    env: dict[str, str] = field(default_factory=dict)   # extra, non-secret variables of every run
+    knobs: dict[str, str] = field(default_factory=dict)  # name in the target -> search space
+    data: str | None = None             # a folder of the repository, mounted read-only there in runs
+    keep: tuple[str, ...] | None = None  # globs of run outputs to keep; None: result.json + small files
     direction: str = "minimize"
     budget_s: float = 60.0        # YAML `budget`
     grace_s: float = 60.0         # YAML `grace`: startup + final evaluation past the budget
@@ -68,6 +81,7 @@ class Program:
     researcher: str = "auto"
     workers: int | None = None    # runs in flight at once; None (`auto`): one per GPU, else 1
     overlap: bool = True          # the researcher prepares proposals while runs train
+    control: float = 0.0          # share of experiments proposed by the LLM-free control arm
     cluster: str = CLUSTERS[0]    # where runs execute: this machine, or a Ray cluster
     cluster_address: str | None = None   # a Ray cluster's address (default: $RAY_ADDRESS)
     limits: ResourceLimits = field(default_factory=ResourceLimits)
@@ -82,7 +96,8 @@ class Program:
         """JSON-safe, attribute names as keys (budget_s, not budget), for the ledger."""
         data = dataclasses.asdict(self)
         data.pop("locations")
-        data.update(path=str(self.path), root=str(self.root), protected=list(self.protected))
+        data.update(path=str(self.path), root=str(self.root), protected=list(self.protected),
+                    keep=None if self.keep is None else list(self.keep))
         return data
 
     def locate(self, key: str) -> str:
@@ -225,6 +240,101 @@ def _check(parser: Parser, ok: Callable[[Any], bool], what: str) -> Parser:
     return parse
 
 
+def _command(value: Any) -> str:
+    text = _text(value)
+    for name in unknown_placeholders(text):
+        close = difflib.get_close_matches(name, PLACEHOLDERS, n=1)
+        hint = f" (did you mean {{{close[0]}}}?)" if close else ""
+        raise _Invalid(f"unknown placeholder {{{name}}}{hint}; the placeholders are "
+                       f"{' '.join('{' + p + '}' for p in PLACEHOLDERS)} "
+                       f"(write ${{VAR}} for an environment variable)")
+    return text
+
+
+def _regex(groups: str) -> Parser:
+    """A regular expression searched in the run's log: `one` group, or `named` groups."""
+    def parse(value: Any) -> str:
+        if not isinstance(value, str) or not value.strip():
+            raise _Invalid(f"expected a regular expression in single quotes, like 'val loss ([0-9.]+)', "
+                           f"got {value!r}")
+        try:
+            compiled = re.compile(value)
+        except re.error as exc:
+            raise _Invalid(f"{value!r} is not a valid regular expression ({exc.msg} at position "
+                           f"{exc.pos}); write it in single quotes, like 'val loss ([0-9.]+)'") from None
+        if groups == "one" and compiled.groups != 1:
+            raise _Invalid(f"{value!r} has {compiled.groups} groups; it needs exactly one, around the "
+                           f"number (like 'val loss ([0-9.]+)'): make the others non-capturing, (?:...)")
+        if groups == "named" and not compiled.groupindex:
+            raise _Invalid(f"{value!r} has no named group; name each figure, like "
+                           f"'iter (?P<iter>\\d+): loss (?P<train_loss>[0-9.]+)'")
+        return value
+    return parse
+
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# A word of the name (split at _) that says "secret": HF_TOKEN, WANDB_API_KEY, not TOKENIZERS_*.
+_SECRET_WORDS = {"KEY", "APIKEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASS", "PWD",
+                 "CREDENTIAL", "CREDENTIALS", "AUTH", "PRIVATE", "COOKIE", "SESSION"}
+_SANDBOX_OWNED = ("PATH", "HOME", "TMPDIR", "CUDA_VISIBLE_DEVICES", "LD_PRELOAD", "NIGHTSHIFT_RUN_ID")
+
+
+def _env(value: Any) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _Invalid(f"expected a mapping like {{OMP_NUM_THREADS: 1}}, got {value!r}")
+    env: dict[str, str] = {}
+    for name, item in value.items():
+        name = str(name)
+        if not _ENV_NAME.fullmatch(name):
+            raise _Invalid(f"{name!r} is not an environment variable name (letters, digits, _)", key=name)
+        if name.upper().startswith("NIGHTSHIFT_"):
+            raise _Invalid(f"{name} would shadow the run protocol's NIGHTSHIFT_* variables; pass "
+                           f"the seed, budget and folders with {{seed}}, {{budget_s}}, {{out}}, "
+                           f"{{data}} in command instead", key=name)
+        if name.upper() in _SANDBOX_OWNED:
+            raise _Invalid(f"{name} is set by the sandbox for every run (python in command is "
+                           f"Nightshift's interpreter, one GPU is chosen per run); remove it", key=name)
+        if _SECRET_WORDS & set(name.upper().split("_")):
+            raise _Invalid(f"{name} looks like a secret; secrets never enter a sandbox, a log or "
+                           f"the ledger, and runs have no network (for an online logger, set its "
+                           f"offline mode, e.g. WANDB_MODE: disabled)", key=name)
+        if isinstance(item, bool) or not isinstance(item, (str, int, float)):
+            raise _Invalid(f"{name}: expected a string or a number, got {item!r} (quote it: '1')", key=name)
+        env[name] = str(item)
+    return env
+
+
+def _knob_spaces(value: Any) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _Invalid(f"expected a mapping of assignment names in the target to search spaces, "
+                       f"like {{learning_rate: 'log(1e-4, 1e-2)'}}, got {value!r}")
+    spaces: dict[str, str] = {}
+    for name, space in value.items():
+        name = str(name)
+        if not re.fullmatch(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w-]*)*", name):
+            raise _Invalid(f"{name!r} is not an assignment name (like learning_rate, "
+                           f"TrainConfig.lr or optimizer.lr for a YAML key)", key=name)
+        try:
+            parse_space(str(space))
+        except KnobError as exc:
+            raise _Invalid(str(exc), key=name) from None
+        spaces[name] = str(space).strip()
+    return spaces
+
+
+def _globs(value: Any) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not all(isinstance(i, str) and i.strip() for i in items):
+        raise _Invalid(f"expected a list of file patterns like ['*.json', 'samples/*.txt'], got {value!r}")
+    return tuple(i.strip() for i in items)
+
+
 _count = _check(_int, lambda n: n >= 1, "a whole number >= 1")
 MAX_SEEDS = 100     # seeds per plan: beyond it a night is all measurement (and the rule's seed
                     # blocks of 1000 per incumbent would overlap), so it is a typo, not a plan
@@ -349,9 +459,16 @@ _seed_plan = _record(SeedPlan, _RECORDS["seeds"], _seed_check)
 _FIELDS: dict[str, tuple[str, Parser]] = {
     "target": ("target", _path),
     "protected": ("protected", _paths),
-    "command": ("command", _text),
+    "command": ("command", _command),
     "prepare": ("prepare", _optional(_text)),
     "metric": ("metric", _metric),
+    "result_file": ("result_file", _path),
+    "metric_pattern": ("metric_pattern", _optional(_regex("one"))),
+    "metrics_pattern": ("metrics_pattern", _optional(_regex("named"))),
+    "env": ("env", _env),
+    "knobs": ("knobs", _knob_spaces),
+    "data": ("data", _optional(_path)),
+    "keep": ("keep", _globs),
     "direction": ("direction", _choice("minimize", "maximize")),
     "budget": ("budget_s", _budget),
     "grace": ("grace_s", parse_duration),
@@ -367,6 +484,7 @@ _FIELDS: dict[str, tuple[str, Parser]] = {
     "image": ("image", _text),
     "workers": ("workers", _workers),
     "overlap": ("overlap", _bool),
+    "control": ("control", _check(_float, lambda c: 0 <= c <= 0.9, "a share in [0, 0.9], like 0.25")),
     "cluster": ("cluster", _choice(*CLUSTERS)),
     "cluster_address": ("cluster_address", _optional(_text)),
     "claude": ("claude", _record(llm.ClaudeSettings, _RECORDS["claude"], _cross_check(llm.check_claude))),
@@ -478,7 +596,36 @@ def _build(path: Path, root: Path, prose: str, raw: dict[str, Any], lines: dict[
         raise ProgramError(f"{where.get(blamed, name)}: field {blamed!r}: "
                            f"the target {program.target!r} is also protected; the researcher must be "
                            f"able to edit it, so remove it from protected or choose another target")
+    _check_knobs(program, lambda dotted: f"{name}:{lines.get(dotted, lines.get(dotted.split('.')[0], '?'))}")
     return program
+
+
+def _check_knobs(program: Program, locate: Callable[[str], str]) -> None:
+    """The knobs against the target file, before any run: program.md's `knobs:` always, the
+    `# search:` annotations when the optuna researcher will read them."""
+    declared = program.knobs
+    if not declared:
+        try:
+            optuna = resolve_researcher_name(program.researcher)[0] == "optuna"
+        except Exception:
+            optuna = False
+        if not optuna:
+            return
+    path = program.root / program.target
+    if not path.is_file():
+        if declared:
+            raise ProgramError(f"{locate('knobs')}: field 'knobs': the target {program.target} does "
+                               f"not exist in {program.root}; set target to the file that assigns them")
+        return   # nothing to read yet; `nightshift check` says so
+    try:
+        find_knobs(path.read_text(encoding="utf-8", errors="replace"), path=program.target,
+                   declared=declared)
+    except DeclaredKnobError as exc:
+        raise ProgramError(f"{locate('knobs.' + exc.knob)}: field 'knobs.{exc.knob}': {exc}") from None
+    except (KnobError, SyntaxError) as exc:
+        raise ProgramError(f"{locate('target')}: field 'target': {program.target}: {exc}; fix that "
+                           f"`# search:` annotation, or name the knobs in program.md's knobs: "
+                           f"(which replaces the annotations)") from None
 
 
 def _repo_root(path: Path) -> Path:

@@ -29,7 +29,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.ledger_factory import synthetic_night  # noqa: E402
 from tests.loop_helpers import cli_env, git_out, loop_state, make_repo  # noqa: E402
-from tests.night.test_keep_rule_loop import NOISE_SCRIPT, PROGRAM  # noqa: E402
+from tests.night.test_keep_rule_loop import PROGRAM  # noqa: E402
+
+# A metric that depends on the seed alone: every candidate ties with the incumbent on its seed
+# and stops at the screen, so both cases do the same work per experiment (one candidate run,
+# its paired incumbent run while the reference is small), whatever the history.
+NOISE_SCRIPT = '''\
+import json, os, random
+WIDTH = 64          # search: int(16, 256)
+SCALE = 1.0         # search: log(0.1, 10.0)
+MODE = "a"          # search: choice("a", "b", "c")
+value = 2.0 + random.Random(int(os.environ["NIGHTSHIFT_SEED"])).gauss(0.0, 0.05)
+with open(os.path.join(os.environ["NIGHTSHIFT_OUT"], "result.json"), "w") as out:
+    json.dump({"val_bpb": value}, out)
+'''
 
 # Counts the ledger's file reads in the CLI process and reports them on exit.
 COUNTER = '''

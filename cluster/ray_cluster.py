@@ -149,9 +149,13 @@ class RayWorkers(Workers):
         if not address:
             raise ClusterUnavailable("no Ray cluster given: set RAY_ADDRESS or pass "
                                      "--cluster-address HOST:PORT (`ray start --head` prints it)")
+        # Tasks import this harness's own code where the node can see it (one machine, a
+        # shared filesystem); elsewhere the node's installed nightshift is used.
+        source = str(Path(__file__).resolve().parents[1])
         try:
             ray.init(address=address, ignore_reinit_error=True, log_to_driver=False,
-                     logging_level="WARNING")
+                     logging_level="WARNING",
+                     runtime_env={"env_vars": {"PYTHONPATH": source}})
         except Exception as error:
             raise ClusterUnavailable(f"cannot reach the Ray cluster at {address}: {error}") from error
         self._ray = ray

@@ -4,7 +4,8 @@ Run by `sandbox.local.LocalRunner` as a script (standard library only, no packag
 imports) inside fresh PID + mount (+ network) namespaces made by `unshare`:
 
     python confine.py [--cgroup-procs FILE]... [--rlimit NAME=N]... [--writable DIR]...
-                      [--read-only-root] [--setpriv PATH] [--cpus 0,1] [--pdeathsig] -- CMD...
+                      [--read-only-root] [--overlay DIR UPPER WORK] [--bind-ro SRC DEST]...
+                      [--chdir DIR] [--setpriv PATH] [--cpus 0,1] [--pdeathsig] -- CMD...
 
 It first joins the run's cgroups (so all it starts is counted and limited), pins itself to
 the `--cpus` cores (a worker's share, inherited by everything it starts), then confines
@@ -15,8 +16,13 @@ no PID namespace is available.
 
 With `--read-only-root`, every mount is remounted read-only except the `--writable`
 folders (bind-mounted onto themselves first) and a fresh private tmpfs on /dev/shm, so
-the run can write only its out folder, home and tmp. With `--setpriv`, the command runs
-with no capabilities and no_new_privs, so even as root it cannot remount or undo this.
+the run can write only its out folder, home and tmp. With `--overlay DIR UPPER WORK`, DIR
+(the snapshot) is first covered by an overlayfs whose writes land in UPPER, and all its
+folders are made writable in that view (tracked files keep their modes); each
+`--bind-ro SRC DEST` then mounts SRC read-only at DEST inside it. `--chdir` enters the
+working directory after the mounts, so the command sees the overlay. With `--setpriv`,
+the command runs with no capabilities and no_new_privs, so even as root it cannot remount
+or undo this.
 
 Without a PID namespace (a machine without unshare) it still sets limits and reaps, and
 forwards signals to the command's process group only.
@@ -61,12 +67,23 @@ def _mountpoints() -> list[tuple[str, int]]:
     return found
 
 
-def make_read_only(writable: list[str]) -> None:
+def make_read_only(writable: list[str], overlay: tuple[str, str, str] | None = None,
+                   binds: list[tuple[str, str]] | None = None) -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     _mount(libc, None, "/", None, MS_REC | MS_PRIVATE)  # nothing we do leaks to the host
     for folder in writable:
         _mount(libc, folder, folder, None, MS_BIND | MS_REC)
     keep_writable = {os.path.realpath(folder) for folder in writable}
+    if overlay:
+        lower, upper, work = overlay
+        _mount(libc, "overlay", lower, "overlay", 0,
+               f"lowerdir={lower},upperdir={upper},workdir={work}")
+        for current, dirs, _ in os.walk(lower):   # folders only: a copy-up of metadata
+            os.chmod(current, os.lstat(current).st_mode | 0o200)
+        keep_writable.add(os.path.realpath(lower))
+    for source, dest in binds or []:
+        os.makedirs(dest, exist_ok=True)
+        _mount(libc, source, dest, None, MS_BIND | MS_REC)   # read-only in the loop below
     # /proc is this namespace's own and CUDA fails (error 304) when it is read-only, so
     # only its host-wide knobs become read-only, as Docker does: uid 0 without
     # capabilities may still write /proc/sys files it owns.
@@ -101,6 +118,9 @@ def main(argv: list[str]) -> int:
     rlimits: list[tuple[int, int]] = []
     read_only_root = False
     setpriv = ""
+    overlay: tuple[str, str, str] | None = None
+    binds: list[tuple[str, str]] = []
+    chdir = ""
     cpus: set[int] = set()
     pdeathsig = False
     while argv and argv[0] != "--":
@@ -116,6 +136,12 @@ def main(argv: list[str]) -> int:
             read_only_root = True
         elif flag == "--setpriv":
             setpriv = argv.pop(0)
+        elif flag == "--overlay":
+            overlay = (argv.pop(0), argv.pop(0), argv.pop(0))
+        elif flag == "--bind-ro":
+            binds.append((argv.pop(0), argv.pop(0)))
+        elif flag == "--chdir":
+            chdir = argv.pop(0)
         elif flag == "--cpus":
             cpus = {int(c) for c in argv.pop(0).split(",")}
         elif flag == "--pdeathsig":
@@ -132,7 +158,11 @@ def main(argv: list[str]) -> int:
         with open(procs, "w") as fh:
             fh.write(str(os.getpid()))
     if read_only_root:
-        make_read_only(writable)
+        make_read_only(writable, overlay, binds)
+    elif overlay or binds:
+        raise SystemExit("confine.py: --overlay and --bind-ro need --read-only-root")
+    if chdir:
+        os.chdir(chdir)
     if setpriv:
         command = [setpriv, "--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all",
                    "--no-new-privs", "--", *command]

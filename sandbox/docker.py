@@ -4,7 +4,12 @@ What a run gets (see docs/sandbox.md for what this does and does not guarantee):
 - network "none", a read-only root filesystem, all capabilities dropped, no-new-privileges,
   a non-root user (the harness's uid, or 1000 when the harness is root);
 - the commit snapshot at /snapshot and the data at /data, read-only; one writable /out
-  (the spec's out_dir) and a private /tmp (tmpfs);
+  (the spec's out_dir) and a private /tmp (tmpfs); with `spec.writable_workdir`, /snapshot
+  is instead a private copy of the snapshot (`sandbox.workdir`), writable, with
+  `spec.mounts` read-only inside it;
+- the command's placeholders expanded with the paths the container sees (/out, /data);
+  `python` is the host's interpreter in a host-mode image (mounted at the same path), the
+  image's own otherwise;
 - memory (no swap), CPU and pids limits from `RunSpec.limits`, one GPU by device request
   when `limits.gpu` is set;
 - only the protocol's variables plus PATH/HOME/locale: nothing of the harness's environment.
@@ -30,6 +35,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from sandbox import workdir
 from sandbox.image import DEFAULT_TAG, SANDBOX_UID, ImageError, image_mode, python_prefixes, runtime_mounts
 from sandbox.outcome import CappedLog, classify, utc_now
 from sandbox.protocol import OnOutput, Runner, RunResult, RunSpec, SandboxUnavailable
@@ -157,17 +163,27 @@ class DockerRunner(Runner):
         mode = image_mode(image.labels)
         run_label = uuid.uuid4().hex[:12]
         user = self._prepare_out(spec.out_dir)
-        log = CappedLog(spec.out_dir.parent / "log.txt", spec.log_cap_bytes, on_output)
+        run_dir = spec.out_dir.parent
+        work = None
+        if spec.writable_workdir:
+            work = workdir.make_copy(spec.snapshot_dir, run_dir, spec.mounts, link_mounts=False)
+            if os.getuid() == 0:
+                workdir.hand_over(work, SANDBOX_UID)
+        elif spec.mounts:
+            raise ValueError("RunSpec.mounts need writable_workdir (harness bug)")
+        python = spec.python if mode == "host" else None   # a self-contained image has its own
+        log = CappedLog(run_dir / "log.txt", spec.log_cap_bytes, on_output)
         started_at, t0 = utc_now(), time.monotonic()
         container, reader, timed_out, peak, state, interrupted = None, None, False, None, {}, None
         try:
             own_deadline = str(math.ceil(spec.deadline_s + self.container_margin_s))
             container = client.containers.create(
-                image.id, ["/bin/sh", "-c", _DEADLINE, spec.command, own_deadline],
+                image.id, ["/bin/sh", "-c", _DEADLINE,
+                           spec.shell_command(out=OUT, data=DATA, python=python), own_deadline],
                 name=f"nightshift-{run_label}",
                 labels={LABEL_RUN: run_label, LABEL_HOST: socket.gethostname(), LABEL_PID: str(os.getpid())},
                 user=user, environment=self._env(spec, mode), working_dir=SNAPSHOT,
-                mounts=self._mounts(spec, host_mounts), **self._host_config(spec))
+                mounts=self._mounts(spec, host_mounts, work), **self._host_config(spec))
             stream = client.api.attach(container.id, stdout=True, stderr=True, stream=True, logs=False)
             reader = threading.Thread(target=_pump, args=(stream, log), daemon=True,
                                       name=f"nightshift-log-{run_label}")
@@ -186,12 +202,17 @@ class DockerRunner(Runner):
                 reader.join(1.0)
             log.close()
             self._restore_out(spec.out_dir)
+            if work is not None and os.getuid() == 0:
+                workdir.take_back(work)
+        written = workdir.finish_copy(spec.snapshot_dir, run_dir, spec.mounts) if work else {}
         tail = log.tail(40)
         exit_code = state.get("ExitCode")
         status, metric, metrics, reason = classify(
             exit_code=exit_code, timed_out=timed_out, oom_killed=bool(state.get("OOMKilled")),
             interrupted=interrupted is not None or bool(stop and stop.is_set()), out_dir=spec.out_dir,
-            log_tail=tail, metric=spec.metric)
+            log_tail=tail, metric=spec.metric, metric_pattern=spec.metric_pattern,
+            metrics_pattern=spec.metrics_pattern, result_file=spec.result_file,
+            log_text=log.tail(None))
         result = RunResult(
             status=status, exit_code=exit_code, metric=metric, metrics=metrics,
             duration_s=round(duration, 3), peak_memory_mb=peak, log_path=log.path, log_tail=tail,
@@ -207,7 +228,9 @@ class DockerRunner(Runner):
                 "oom_killed": bool(state.get("OOMKilled")),
                 "log_bytes": log.total_bytes, "log_elided_bytes": log.elided_bytes,
                 "peak_memory": "cgroup memory max_usage, sampled every 0.5 s" if peak is not None else None,
-            })
+                "workdir": "copy" if work else "read-only",
+                "python": python or "the image's python (first on its PATH)",
+            }, written=written, work_dir=work)
         if isinstance(interrupted, KeyboardInterrupt):   # as LocalRunner: the loop records it
             interrupted.run_result = result  # type: ignore[attr-defined]
             raise interrupted
@@ -268,8 +291,7 @@ class DockerRunner(Runner):
 
     @staticmethod
     def _env(spec: RunSpec, mode: str) -> dict[str, str]:
-        env = {**spec.protocol_env(), "NIGHTSHIFT_OUT": OUT, "NIGHTSHIFT_DATA": DATA,
-               "HOME": "/tmp", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
+        env = {**spec.protocol_env(out=OUT, data=DATA), "HOME": "/tmp", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
                "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"}
         if mode == "host":   # the host's interpreter first, as on the host
             bins = [f"{prefix}/bin" for prefix in python_prefixes()]
@@ -277,12 +299,14 @@ class DockerRunner(Runner):
         return env
 
     @staticmethod
-    def _mounts(spec: RunSpec, host_mounts: list) -> list:
+    def _mounts(spec: RunSpec, host_mounts: list, work: Path | None = None) -> list:
         from docker.types import Mount
 
-        mounts = [Mount(SNAPSHOT, str(spec.snapshot_dir), type="bind", read_only=True),
+        mounts = [Mount(SNAPSHOT, str(work or spec.snapshot_dir), type="bind", read_only=work is None),
                   Mount(DATA, str(spec.data_dir), type="bind", read_only=True),
                   Mount(OUT, str(spec.out_dir), type="bind", read_only=False)]
+        mounts += [Mount(f"{SNAPSHOT}/{m.path}", str(Path(m.source).resolve()), type="bind", read_only=True)
+                   for m in spec.mounts]
         mounts += [Mount(m.target, m.source, type="bind", read_only=True) for m in host_mounts]
         return mounts
 

@@ -34,6 +34,7 @@ class Isolation:
     pid_namespace: bool = False       # everything the run starts dies with it
     network_namespace: bool = False   # only a down loopback: no network at all
     read_only_root: bool = False      # writes only to out/, home/, tmp/ (mount namespace)
+    overlay: bool = False             # a private overlayfs can make the working dir writable
     setpriv: str | None = None        # capabilities dropped, no_new_privs
     cgroup_version: int | None = None
     cgroup_dirs: dict[str, str] = field(default_factory=dict)  # controller -> our parent dir
@@ -77,13 +78,17 @@ def detect() -> Isolation:
     read_only = pid_ns and _read_only_root_works(unshare, user, setpriv)
     if pid_ns and not read_only:
         notes.append("read-only root failed: only the snapshot's permissions protect files")
+    overlay = read_only and _overlay_works(unshare, user, setpriv)
+    if read_only and not overlay:
+        notes.append("overlayfs failed: a writable working dir is a copy of the snapshot")
     if setpriv is None:
         notes.append("no setpriv binary: runs keep the harness's capabilities")
     version, dirs = _cgroup_dirs()
     if is_root and "pids" not in dirs:
         notes.append("as root RLIMIT_NPROC is ignored and no pids cgroup: no process limit")
     return Isolation(is_root=is_root, unshare=unshare, pid_namespace=pid_ns,
-                     network_namespace=net_ns, read_only_root=read_only, setpriv=setpriv,
+                     network_namespace=net_ns, read_only_root=read_only, overlay=overlay,
+                     setpriv=setpriv,
                      cgroup_version=version if dirs else None, cgroup_dirs=dirs,
                      notes=tuple(notes))
 
@@ -109,6 +114,29 @@ def _read_only_root_works(unshare: str | None, user: list[str], setpriv: str | N
                 sys.executable, "-I", str(CONFINE_SCRIPT), "--writable", str(inside),
                 "--read-only-root", *priv, "--", "/bin/sh", "-c", check]
         return _works(argv) and Path(inside, "ok").exists() and not Path(tmp, "escaped").exists()
+
+
+def _overlay_works(unshare: str | None, user: list[str], setpriv: str | None) -> bool:
+    """An overlay over a read-only folder takes a new file in its upper layer only."""
+    if unshare is None:
+        return False
+    with tempfile.TemporaryDirectory(prefix="nightshift-probe-") as tmp:
+        lower, upper, work = (Path(tmp, name) for name in ("lower", "upper", "work"))
+        for folder in (lower, upper, work):
+            folder.mkdir()
+        lower.chmod(0o555)
+        priv = ["--setpriv", setpriv] if setpriv else []
+        argv = [unshare, "--fork", "--kill-child", "--pid", "--mount-proc", *user, "--mount",
+                sys.executable, "-I", str(CONFINE_SCRIPT), "--read-only-root",
+                "--overlay", str(lower), str(upper), str(work), "--chdir", str(lower), *priv,
+                "--", "/bin/sh", "-c", "touch ok"]
+        try:
+            return _works(argv) and Path(upper, "ok").exists() and not Path(lower, "ok").exists()
+        finally:
+            lower.chmod(0o755)
+            for current, dirs, _ in os.walk(work):
+                for name in dirs:
+                    os.chmod(os.path.join(current, name), 0o700)
 
 
 def _own_cgroup(controller: str) -> tuple[int, str] | None:

@@ -6,6 +6,9 @@ Layout of one run (`run_dir` = `spec.out_dir.parent`, owned by the harness):
     <run_dir>/log.txt   the run's stdout+stderr, capped to spec.log_cap_bytes (head + tail)
     <run_dir>/home/     $HOME during the run  } writable scratch, deleted when the run ends
     <run_dir>/tmp/      $TMPDIR during the run }
+    <run_dir>/work/     with spec.writable_workdir: what the run wrote in its working dir
+                        (an overlayfs upper layer, or a copy of the snapshot without one;
+                        see sandbox.workdir)
 
 Confinement, as strong as this machine allows (see `sandbox.isolation.detect`):
 - PID namespace (`unshare --pid --fork --kill-child`) with `confine.py` as its init, so
@@ -13,14 +16,16 @@ Confinement, as strong as this machine allows (see `sandbox.isolation.detect`):
   group, the run's cgroup and an env marker (NIGHTSHIFT_RUN_ID) are swept instead. The
   sweep (cgroup + marker scan of /proc) runs after every run regardless.
 - network namespace with only a down loopback, unless `limits.network`;
-- mount namespace: every mount read-only except out/, home/, tmp/; private /dev/shm;
+- mount namespace: every mount read-only except out/, home/, tmp/ (and the working dir's
+  private overlay, with spec.writable_workdir); spec.mounts bound read-only; private /dev/shm;
 - all capabilities dropped and no_new_privs (setpriv), so root cannot undo the above;
 - cgroup pids + memory limits (an OOM kill is reported as OOM); without a memory cgroup,
   RLIMIT_DATA (torch on CPU works under it; RLIMIT_AS would break CUDA's reservations);
   RLIMIT_NPROC only without a pids cgroup (it counts all the user's processes, and is
   ignored for root); RLIMIT_CORE=0; RLIMIT_NOFILE.
-- scrubbed environment: PATH, HOME, TMPDIR, locale, Python flags, CUDA_VISIBLE_DEVICES,
-  the run marker and `spec.protocol_env()`; nothing else from the harness's environment.
+- scrubbed environment: PATH (spec.python's folder first), HOME, TMPDIR, locale, Python
+  flags, CUDA_VISIBLE_DEVICES, the run marker and `spec.protocol_env()`; nothing else from
+  the harness's environment. The command is `spec.shell_command(python=spec.python)`.
 """
 from __future__ import annotations
 
@@ -36,6 +41,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from sandbox import workdir
 from sandbox.isolation import CONFINE_SCRIPT, Isolation, RunCgroup, detect
 from sandbox.outcome import CappedLog, classify, utc_now
 from sandbox.protocol import OnOutput, Runner, RunResult, RunSpec, SandboxUnavailable
@@ -80,13 +86,20 @@ class LocalRunner(Runner):
         home, tmp = run_dir / "home", run_dir / "tmp"
         for folder in (spec.out_dir, home, tmp):
             folder.mkdir(parents=True, exist_ok=True)
+        mode = self.workdir_mode(spec)
+        cwd = spec.snapshot_dir
+        if mode == "copy":
+            cwd = workdir.make_copy(spec.snapshot_dir, run_dir, spec.mounts,
+                                    link_mounts=not (iso.read_only_root and iso.unshare_argv(False)))
+        layers = workdir.overlay_layers(run_dir) if mode == "overlay" else None
         log = CappedLog(run_dir / "log.txt", spec.log_cap_bytes, on_output)
         cgroup, memory_by = self._make_cgroup(iso, run_id, spec)
-        argv = self._argv(iso, spec, cgroup, memory_by, (spec.out_dir, home, tmp))
+        writable = (spec.out_dir, home, tmp) + ((cwd,) if mode == "copy" else ())
+        argv = self._argv(iso, spec, cgroup, memory_by, writable, cwd, layers)
         env = scrubbed_env(spec, home, tmp, run_id)
         started_at, t0 = utc_now(), time.monotonic()
         try:
-            proc = subprocess.Popen(argv, cwd=spec.snapshot_dir, env=env, stdin=subprocess.DEVNULL,
+            proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                     start_new_session=True, close_fds=True)
         except OSError as exc:
@@ -110,23 +123,40 @@ class LocalRunner(Runner):
             strays += 1  # something still held it; reported rather than hidden
         for folder in (home, tmp):
             shutil.rmtree(folder, ignore_errors=True)
+        written = {}
+        if mode == "overlay":
+            written = workdir.finish_overlay(run_dir)
+        elif mode == "copy":
+            written = workdir.finish_copy(spec.snapshot_dir, run_dir, spec.mounts)
         tail = log.tail(40)
         status, value, metrics, reason = classify(
             exit_code=watch.exit_code, timed_out=watch.timed_out, oom_killed=oom,
             interrupted=interrupted is not None or watch.stopped, out_dir=spec.out_dir, log_tail=tail,
-            metric=spec.metric)
+            metric=spec.metric, metric_pattern=spec.metric_pattern,
+            metrics_pattern=spec.metrics_pattern, result_file=spec.result_file, log_text=log.tail(None))
         result = RunResult(
             status=status, exit_code=watch.exit_code, metric=value, metrics=metrics,
             duration_s=round(duration, 3), peak_memory_mb=round(max(peaks), 1) if peaks else None,
             log_path=log.path, log_tail=tail, backend=self.name, started_at=started_at,
             ended_at=utc_now(), reason=reason,
             sandbox={**_run_facts(iso, spec, memory_by, cgroup), "run_id": run_id,
-                     "stray_processes_killed": strays,
-                     "log_bytes": log.total_bytes, "log_elided_bytes": log.elided_bytes})
+                     "workdir": mode, "stray_processes_killed": strays,
+                     "log_bytes": log.total_bytes, "log_elided_bytes": log.elided_bytes},
+            written=written, work_dir=workdir.work_dir(run_dir) if mode != "read-only" else None)
         if interrupted is not None:
             interrupted.run_result = result  # type: ignore[attr-defined]
             raise interrupted
         return result
+
+    def workdir_mode(self, spec: RunSpec) -> str:
+        """How this run's working directory is made: "read-only" (the snapshot itself),
+        "overlay" (a private overlayfs in the run's mount namespace) or "copy"."""
+        if not spec.writable_workdir:
+            if spec.mounts:
+                raise ValueError("RunSpec.mounts need writable_workdir (harness bug)")
+            return "read-only"
+        iso = self.isolation
+        return "overlay" if iso.overlay and iso.read_only_root and iso.unshare_argv(False) else "copy"
 
     @staticmethod
     def _make_cgroup(iso: Isolation, run_id: str, spec: RunSpec) -> tuple[RunCgroup | None, str | None]:
@@ -142,7 +172,8 @@ class LocalRunner(Runner):
 
     @staticmethod
     def _argv(iso: Isolation, spec: RunSpec, cgroup: RunCgroup | None, memory_by: str | None,
-              writable: tuple[Path, ...]) -> list[str]:
+              writable: tuple[Path, ...], cwd: Path, layers: tuple[Path, Path] | None = None
+              ) -> list[str]:
         limits = spec.limits
         rlimits = ["CORE=0"]
         if limits.open_files is not None:
@@ -162,6 +193,12 @@ class LocalRunner(Runner):
             for folder in writable:
                 confine += ["--writable", str(folder.resolve())]
             confine.append("--read-only-root")
+            where = Path(cwd).resolve()
+            if layers is not None:
+                confine += ["--overlay", str(where), *(str(p.resolve()) for p in layers)]
+            for mount in spec.mounts:
+                confine += ["--bind-ro", str(Path(mount.source).resolve()), str(where / mount.path)]
+            confine += ["--chdir", str(where)]
         if argv and iso.setpriv:
             confine += ["--setpriv", iso.setpriv]
             # The run dies with the harness: SIGKILL to unshare when its parent dies, and
@@ -170,14 +207,17 @@ class LocalRunner(Runner):
         if limits.cpuset:
             confine += ["--cpus", ",".join(str(c) for c in limits.cpuset)]
         confine.append("--pdeathsig")   # without namespaces, confine and the command die with us
-        return argv + confine + ["--", "/bin/sh", "-c", spec.command]
+        return argv + confine + ["--", "/bin/sh", "-c", spec.shell_command(python=spec.python)]
 
 
 def scrubbed_env(spec: RunSpec, home: Path, tmp: Path, run_id: str) -> dict[str, str]:
     """The whole environment of a run: nothing is inherited but PATH (for finding python)."""
     gpu = spec.limits.gpu
+    path = os.environ.get("PATH", DEFAULT_PATH)
+    if spec.python:   # the interpreter's own tools (pip, torchrun, accelerate) come first
+        path = f"{os.path.dirname(spec.python)}:{path}"
     return {
-        "PATH": os.environ.get("PATH", DEFAULT_PATH),
+        "PATH": path,
         "HOME": str(home),
         "TMPDIR": str(tmp),
         "LANG": "C.UTF-8",

@@ -5,8 +5,9 @@ Two parts, both backend-neutral:
 - `CappedLog` keeps a run's output on disk within a byte cap (head + rolling tail) and
   feeds complete lines to a progress callback;
 - `classify` turns the facts a backend observed (exit code, timeout, OOM, interrupt) plus
-  what the script left behind (`result.json`, the log's `key: value` summary) into exactly
-  one `Status`, the metric, the metrics dict and a one-line reason.
+  what the script left behind (`result.json`, the log's `key: value` summary, lines the
+  program's `metric_pattern` matches) into exactly one `Status`, the metric, the metrics
+  dict and a one-line reason.
 """
 from __future__ import annotations
 
@@ -110,8 +111,9 @@ class CappedLog:
         self._tail = bytearray()
         self._file.close()
 
-    def tail(self, lines: int = 40) -> str:
-        """The last `lines` lines of the output, decoded with errors="replace"."""
+    def tail(self, lines: int | None = 40) -> str:
+        """The last `lines` lines of the output (None: every line of the last
+        TAIL_SCAN_BYTES, what log patterns are searched in), decoded with errors="replace"."""
         if self.closed:
             with open(self.path, "rb") as fh:
                 size = fh.seek(0, os.SEEK_END)
@@ -125,7 +127,7 @@ class CappedLog:
                 fh.seek(max(self._head_written - TAIL_SCAN_BYTES, 0))
                 data = fh.read(TAIL_SCAN_BYTES)
         text = data.decode("utf-8", errors="replace")
-        return "\n".join(text.splitlines()[-lines:])
+        return "\n".join(text.splitlines()[-lines:] if lines is not None else text.splitlines())
 
     # -- line splitting for the progress callback --------------------------------------
 
@@ -156,19 +158,28 @@ class CappedLog:
 # -- classification ------------------------------------------------------------------------
 
 def classify(*, exit_code: int | None, timed_out: bool, oom_killed: bool, interrupted: bool,
-             out_dir: Path, log_tail: str, metric: str
-             ) -> tuple[Status, float | None, dict[str, Any], str]:
+             out_dir: Path, log_tail: str, metric: str, metric_pattern: str | None = None,
+             metrics_pattern: str | None = None, log_text: str | None = None,
+             result_file: str = RESULT_FILE) -> tuple[Status, float | None, dict[str, Any], str]:
     """Decide how a run ended: (status, metric value or None, metrics, one-line reason).
 
     `exit_code` follows subprocess's convention (negative = killed by that signal); shell
     style codes above 128 are read as signals too. Order of precedence: INTERRUPTED,
     TIMEOUT, OOM (`oom_killed`, or memory errors in the log of a failed run), CRASH
-    (non-zero exit), then the metric: from `out_dir/result.json` (a JSON object) merged
-    over the `key: value` lines after the last `---` in the log (result.json wins);
-    missing -> NO_METRIC, not a finite number -> BAD_METRIC, else OK. The metrics dict is
-    returned for every status, so a crash still shows what the script managed to report.
+    (non-zero exit), then the metric: from `out_dir/result_file` (a JSON object, default
+    result.json) merged
+    over the `key: value` lines after the last `---` in the log, merged over what the
+    patterns found in `log_text` (default: `log_tail`): result.json wins, then the summary,
+    then the last match of `metric_pattern` (its one group is the metric) and of
+    `metrics_pattern` (each named group a figure). Missing -> NO_METRIC (the reason names
+    every way to report it and the lines that nearly matched), not a finite number ->
+    BAD_METRIC, else OK. The metrics dict is returned for every status, so a crash still
+    shows what the script managed to report.
     """
-    metrics, source_note = collect_metrics(Path(out_dir), log_tail)
+    text = log_tail if log_text is None else log_text
+    found = pattern_metrics(text, metric, metric_pattern, metrics_pattern)
+    metrics, source_note = collect_metrics(Path(out_dir), log_tail, result_file)
+    metrics = {**found, **metrics}
     if interrupted:
         return Status.INTERRUPTED, None, metrics, "the harness was interrupted while this ran"
     if timed_out:
@@ -182,12 +193,52 @@ def classify(*, exit_code: int | None, timed_out: bool, oom_killed: bool, interr
             return Status.OOM, None, metrics, f"{describe_exit(exit_code)}, out of memory: {last_error_line(log_tail)}"
         return Status.CRASH, None, metrics, f"{describe_exit(exit_code)}: {last_error_line(log_tail)}"
     if metric not in metrics:
-        where = source_note or "no result.json and no `key: value` summary in the log"
-        return Status.NO_METRIC, None, metrics, f"exited 0 but reported no {metric!r} ({where})"
+        has_result = os.path.lexists(Path(out_dir) / result_file)
+        note = source_note or (f"{result_file} has no {metric!r}" if has_result else f"no {result_file}")
+        return Status.NO_METRIC, None, metrics, no_metric_reason(metric, note, metric_pattern, text,
+                                                                 result_file)
     value = _as_float(metrics[metric])
     if value is None or not math.isfinite(value):
         return Status.BAD_METRIC, None, metrics, f"{metric} is {metrics[metric]!r}, not a finite number"
     return Status.OK, value, metrics, ""
+
+
+def pattern_metrics(text: str, metric: str, metric_pattern: str | None,
+                    metrics_pattern: str | None) -> dict[str, Any]:
+    """Figures from the log: each named group of `metrics_pattern` and the one group of
+    `metric_pattern` (as `metric`), from their last match; numbers become numbers."""
+    found: dict[str, Any] = {}
+    if metrics_pattern:
+        for match in re.finditer(metrics_pattern, text, re.MULTILINE):
+            found.update({name: _number_or_text(value.strip())
+                          for name, value in match.groupdict().items() if value is not None})
+    if metric_pattern:
+        last = None
+        for last in re.finditer(metric_pattern, text, re.MULTILINE):
+            pass
+        if last is not None and last.group(1) is not None:
+            found[metric] = _number_or_text(last.group(1).strip())
+    return found
+
+
+def no_metric_reason(metric: str, result_note: str, metric_pattern: str | None, text: str,
+                     result_file: str = RESULT_FILE) -> str:
+    """Why no metric was found, naming every way to report one and the lines that nearly
+    matched (those sharing the most words with the metric's name and the pattern)."""
+    pattern = (f"metric_pattern {metric_pattern!r} matched no line" if metric_pattern
+               else "no metric_pattern in program.md")
+    words = {w.lower() for w in re.findall(r"[A-Za-z]{3,}", f"{metric} {metric.replace('_', ' ')} "
+                                                             f"{metric_pattern or ''}")}
+    scored = [(sum(w in line.lower() for w in words), line.strip())
+              for line in text.splitlines() if line.strip()]
+    best = max((score for score, _ in scored), default=0)
+    near = [_shorten(line, 120) for score, line in scored if best and score == best][-3:]
+    nearly = f"; lines that nearly matched: {' | '.join(near)}" if near else ""
+    return (f"exited 0 but reported no {metric!r} ({result_note} in $NIGHTSHIFT_OUT, no "
+            f"`{metric}: <value>` line after a `---` line in the log, {pattern}){nearly}. Report it one of "
+            f"three ways: write {{\"{metric}\": ...}} to $NIGHTSHIFT_OUT/{result_file}, print a "
+            f"`---` line then `{metric}: <value>`, or set metric_pattern in program.md to a "
+            f"regular expression whose one group captures the value")
 
 
 def describe_exit(exit_code: int | None) -> str:
@@ -210,40 +261,52 @@ def last_error_line(log_tail: str) -> str:
     if not lines:
         return "no output"
     line = next((l for l in reversed(lines) if _ERROR_LINE.match(l)), lines[-1])
-    return line if len(line) <= 200 else line[:197] + "..."
+    return _shorten(line, 240)
 
 
-def collect_metrics(out_dir: Path, log_tail: str) -> tuple[dict[str, Any], str]:
-    """Metrics from result.json merged over the log summary, and a note on any problem."""
+def _shorten(line: str, limit: int) -> str:
+    """`line` within `limit` characters, cut in the middle: the start says what failed and
+    the end names the file or value, so neither is lost."""
+    if len(line) <= limit:
+        return line
+    head = limit * 2 // 3
+    return f"{line[:head]} … {line[-(limit - head - 3):]}"
+
+
+def collect_metrics(out_dir: Path, log_tail: str, result_file: str = RESULT_FILE
+                    ) -> tuple[dict[str, Any], str]:
+    """Metrics from result.json (or `result_file`) merged over the log summary, and a note on
+    any problem."""
     summary = parse_summary(log_tail)
-    reported, note = read_result_json(out_dir / RESULT_FILE)
+    reported, note = read_result_json(out_dir / result_file)
     return {**summary, **(reported or {})}, note
 
 
 def read_result_json(path: Path) -> tuple[dict[str, Any] | None, str]:
     """The JSON object in `path`, or (None, why not). Never blocks or follows links:
     the file was written by untrusted code and could be a FIFO, a link to /dev/zero, huge."""
+    name = Path(path).name
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
-        return None, f"no {RESULT_FILE}"
+        return None, f"no {name}"
     except OSError as exc:
-        return None, f"{RESULT_FILE} unreadable ({exc.strerror})"
+        return None, f"{name} unreadable ({exc.strerror})"
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            return None, f"{RESULT_FILE} is not a regular file"
+            return None, f"{name} is not a regular file"
         if info.st_size > MAX_RESULT_BYTES:
-            return None, f"{RESULT_FILE} is {info.st_size} bytes, over {MAX_RESULT_BYTES}"
+            return None, f"{name} is {info.st_size} bytes, over {MAX_RESULT_BYTES}"
         raw = os.read(fd, MAX_RESULT_BYTES + 1)
     finally:
         os.close(fd)
     try:
         data = json.loads(raw.decode("utf-8", errors="replace"))
     except ValueError as exc:
-        return None, f"{RESULT_FILE} is not valid JSON ({exc})"
+        return None, f"{name} is not valid JSON ({exc})"
     if not isinstance(data, dict):
-        return None, f"{RESULT_FILE} holds a {type(data).__name__}, not a JSON object"
+        return None, f"{name} holds a {type(data).__name__}, not a JSON object"
     return data, ""
 
 

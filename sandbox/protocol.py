@@ -9,11 +9,38 @@ This module knows nothing of agents, git or researchers: the harness hands it a 
 from __future__ import annotations
 
 import enum
+import re
+import shlex
 import threading
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
+
+PLACEHOLDERS = ("seed", "budget_s", "out", "data", "split")
+"""What `{name}` in a command stands for: the run protocol's values, as the run sees them."""
+_PLACEHOLDER = re.compile(r"(?<!\$)\{([A-Za-z_]\w*)\}")   # `${VAR}` is the shell's, not ours
+# `python` / `python3` as a word of its own (not a path, not part of a name like python3.11).
+_PYTHON_WORD = re.compile(r"(?<![\w./-])python3?(?![\w./-])")
+
+
+def unknown_placeholders(command: str) -> list[str]:
+    """The `{name}` words of `command` that are not placeholders (likely misspelled)."""
+    return [name for name in _PLACEHOLDER.findall(command) if name not in PLACEHOLDERS]
+
+
+def expand_command(command: str, values: dict[str, str], python: str | None = None) -> str:
+    """`command` with `{seed}`, `{budget_s}`, ... replaced by `values` (shell-quoted where
+    needed) and, when `python` is given, every word `python`/`python3` replaced by it.
+    Other braces are left alone (`${VAR}`, JSON)."""
+    def value(match: re.Match) -> str:
+        name = match.group(1)
+        return shlex.quote(values[name]) if name in values else match.group(0)
+
+    expanded = _PLACEHOLDER.sub(value, command)
+    if python:
+        expanded = _PYTHON_WORD.sub(lambda _: shlex.quote(python), expanded)
+    return expanded
 
 
 class Status(str, enum.Enum):
@@ -47,8 +74,22 @@ class Limits:
 
 
 @dataclass(frozen=True)
+class DataMount:
+    """A host folder mounted read-only inside the run's working directory at `path`
+    (relative), so a script finds `data/shakespeare_char/train.bin` where it expects it."""
+
+    path: str                       # relative to the working directory, e.g. "data/shakespeare_char"
+    source: Path                    # absolute host folder
+
+
+@dataclass(frozen=True)
 class RunSpec:
-    """Everything a backend needs to run one experiment. Paths are absolute."""
+    """Everything a backend needs to run one experiment. Paths are absolute.
+
+    The command may use the placeholders of `PLACEHOLDERS` (`{seed}`, `{out}`, ...); each
+    backend expands them with `shell_command`, paths as the run sees them (`/out` in a
+    container), as it sets the `NIGHTSHIFT_*` variables with `protocol_env`.
+    """
 
     command: str                    # shell command, run with the snapshot as working dir
     snapshot_dir: Path              # read-only copy of the commit under test
@@ -62,22 +103,44 @@ class RunSpec:
     limits: Limits = field(default_factory=Limits)
     log_cap_bytes: int = 5_000_000  # the run log keeps head and tail beyond this
     env: dict[str, str] = field(default_factory=dict)  # extra, non-secret variables
+    result_file: str = "result.json"    # the JSON object in out_dir holding the metric
+    metric_pattern: str | None = None   # regex, one group: the metric from the log's last match
+    metrics_pattern: str | None = None  # regex with named groups: more figures from the log
+    python: str | None = None       # what the word `python` in command runs; None: PATH's
+    writable_workdir: bool = False  # the working dir is a private writable layer over the snapshot
+    mounts: tuple[DataMount, ...] = ()  # read-only folders inside the working dir (needs writable_workdir)
 
     @property
     def deadline_s(self) -> float:
         """Wall-clock seconds after which the run is killed."""
         return self.budget_s + self.grace_s
 
-    def protocol_env(self) -> dict[str, str]:
-        """The run protocol's variables, as the training script sees them."""
+    def protocol_values(self, out: str | None = None, data: str | None = None) -> dict[str, str]:
+        """The run protocol's values by placeholder name; `out`/`data` are the folders as the
+        run sees them when they differ from the host's (a container's /out)."""
+        return {"seed": str(self.seed), "budget_s": f"{self.budget_s:g}",
+                "out": out or str(self.out_dir), "data": data or str(self.data_dir),
+                "split": self.split}
+
+    def protocol_env(self, out: str | None = None, data: str | None = None) -> dict[str, str]:
+        """The run protocol's variables, as the training script sees them: the one place
+        that names them."""
+        values = self.protocol_values(out, data)
         return {
-            "NIGHTSHIFT_SEED": str(self.seed),
-            "NIGHTSHIFT_BUDGET_S": f"{self.budget_s:g}",
-            "NIGHTSHIFT_OUT": str(self.out_dir),
-            "NIGHTSHIFT_DATA": str(self.data_dir),
-            "NIGHTSHIFT_SPLIT": self.split,
+            "NIGHTSHIFT_SEED": values["seed"],
+            "NIGHTSHIFT_BUDGET_S": values["budget_s"],
+            "NIGHTSHIFT_OUT": values["out"],
+            "NIGHTSHIFT_DATA": values["data"],
+            "NIGHTSHIFT_SPLIT": values["split"],
             **self.env,
         }
+
+    def shell_command(self, out: str | None = None, data: str | None = None,
+                      python: str | None = None) -> str:
+        """The command with its placeholders expanded (same values as `protocol_env`) and
+        `python` replaced by `python` when given (a backend passes `self.python` where that
+        interpreter exists inside the run)."""
+        return expand_command(self.command, self.protocol_values(out, data), python)
 
 
 @dataclass
@@ -97,11 +160,16 @@ class RunResult:
     ended_at: str
     reason: str = ""                 # one line a person can act on, for non-OK statuses
     sandbox: dict[str, Any] = field(default_factory=dict)  # backend facts: isolation, image id, ...
+    # With spec.writable_workdir: what the run created or changed in its working directory
+    # (relative path -> bytes, None for a deletion), copied as plain files into `work_dir`.
+    written: dict[str, int | None] = field(default_factory=dict)
+    work_dir: Path | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["status"] = self.status.value
         data["log_path"] = str(self.log_path)
+        data["work_dir"] = str(self.work_dir) if self.work_dir else None
         return data
 
 
@@ -118,7 +186,11 @@ class Runner(ABC):
       `SandboxUnavailable`);
     - past `spec.deadline_s` the whole process tree / container is killed: TIMEOUT;
     - the command sees only `spec.protocol_env()` plus a minimal PATH/HOME/locale,
-      never the harness's secrets;
+      never the harness's secrets; it runs as `spec.shell_command(...)` (placeholders
+      expanded with the same values);
+    - with `spec.writable_workdir`, the run may write anywhere in its working directory;
+      the writes land in a private layer (`RunResult.work_dir`), never in the snapshot,
+      and `spec.mounts` appear read-only inside it;
     - nothing is left behind (processes, containers) when `run` returns, including when
       it is interrupted by KeyboardInterrupt, which it re-raises after cleaning up;
     - when `stop` is set (from another thread: the harness is stopping, or the run is no

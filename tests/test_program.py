@@ -170,6 +170,19 @@ MALFORMED = [
     ("full_scale: {seeds: 5000}", 2, ["field 'full_scale.seeds'", "at most 100"]),
     ("metric: val bpb", 2, ["field 'metric'", "letters, digits"]),
     ("metric: 'val_bpb: 3'", 2, ["field 'metric'", "letters, digits"]),
+    # someone else's script (issue 12): every problem found before anything runs
+    ("metric_pattern: 'val loss [0-9.]+'", 2, ["field 'metric_pattern'", "has 0 groups", "exactly one"]),
+    ("metric_pattern: '(train|val) loss ([0-9.]+)'", 2, ["field 'metric_pattern'", "has 2 groups", "(?:...)"]),
+    ("metric_pattern: 'val loss ([0-9.]+'", 2, ["field 'metric_pattern'", "not a valid regular expression", "missing )"]),
+    ("metrics_pattern: 'loss ([0-9.]+)'", 2, ["field 'metrics_pattern'", "no named group", "(?P<"]),
+    ("command: python train.py --seed={sede}", 2, ["field 'command'", "unknown placeholder {sede}",
+                                                    "did you mean {seed}?", "{budget_s}"]),
+    ("env:\n  OMP_NUM_THREADS: 1\n  WANDB_API_KEY: abc", 4, ["field 'env.WANDB_API_KEY'", "looks like a secret"]),
+    ("env: {NIGHTSHIFT_SEED: 3}", 2, ["field 'env.NIGHTSHIFT_SEED'", "shadow", "{seed}"]),
+    ("env: {PATH: /opt/bin}", 2, ["field 'env.PATH'", "set by the sandbox"]),
+    ("knobs:\n  lr: 'float(0, 1)'\n  beta2: uniform(0.9, 1)", 4, ["field 'knobs.beta2'", "unknown search space kind 'uniform'"]),
+    ("data: ../datasets", 2, ["field 'data'", "without '..'"]),
+    ("keep: [3]", 2, ["field 'keep'", "file patterns"]),
 ]
 
 
@@ -347,3 +360,53 @@ def test_researcher_settings_are_typed():
 ])
 def test_a_bad_researcher_setting_names_programs_line_and_field(old, new, message):
     assert error_of(LLM_PROGRAM.replace(old, new)).startswith(message)
+# ---- Someone else's script: the new fields, and knobs checked against the target ----
+
+def test_the_fields_for_someone_elses_script_parse(tmp_path):
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "train_char.py").write_text("learning_rate = 1e-3\nbeta2 = 0.99\n")
+    program = load_program(write(tmp_path, """---
+target: config/train_char.py
+command: python train.py config/train_char.py --seed={seed} --out_dir={out}
+metric: val_loss
+metric_pattern: 'val loss ([0-9.]+)'
+metrics_pattern: 'iter (?P<iter>\\d+): loss (?P<train_loss>[0-9.]+)'
+env: {OMP_NUM_THREADS: 1, TOKENIZERS_PARALLELISM: 'false'}
+knobs:
+  learning_rate: log(1e-4, 1e-2)
+  beta2: float(0.9, 0.999)
+data: data/shakespeare_char
+keep: ['*.json', 'samples/*.txt']
+---
+"""))
+    assert program.metric_pattern == "val loss ([0-9.]+)"
+    assert program.metrics_pattern == r"iter (?P<iter>\d+): loss (?P<train_loss>[0-9.]+)"
+    assert program.env == {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    assert program.knobs == {"learning_rate": "log(1e-4, 1e-2)", "beta2": "float(0.9, 0.999)"}
+    assert (program.data, program.keep) == ("data/shakespeare_char", ("*.json", "samples/*.txt"))
+    json.dumps(program.to_dict())
+
+
+def test_a_knob_not_in_the_target_is_an_error_at_load_naming_its_line(tmp_path):
+    (tmp_path / "config.py").write_text("learning_rate = 1e-3\nn_layer = 6\n")
+    path = write(tmp_path, "---\ntarget: config.py\nknobs:\n  n_layer: int(2, 8)\n"
+                           "  learnin_rate: log(1e-4, 1e-2)\n---\n")
+    with pytest.raises(ProgramError) as caught:
+        load_program(path)
+    message = str(caught.value)
+    assert message.startswith(f"{path}:5: field 'knobs.learnin_rate': "), message
+    assert "did you mean 'learning_rate'" in message and "rename" not in message
+
+
+def test_declared_knobs_need_the_target_to_exist(tmp_path):
+    path = write(tmp_path, "---\ntarget: conf.yaml\nknobs: {lr: 'log(1e-5, 1e-2)'}\n---\n")
+    with pytest.raises(ProgramError, match=r"program.md:3: field 'knobs': the target conf.yaml does not exist"):
+        load_program(path)
+
+
+def test_a_broken_annotation_is_found_at_load_for_the_optuna_researcher(tmp_path):
+    write(tmp_path, "LR = 1e-3  # search: log(0, 1)\n", "train/train.py")
+    path = write(tmp_path, "---\nresearcher: optuna\n---\n")
+    with pytest.raises(ProgramError, match=r"field 'target': train/train.py: line 1: log\(lo, hi\) needs lo > 0"):
+        load_program(path)
+    load_program(write(tmp_path, "---\nresearcher: scripted\n---\n"))   # no knobs read: fine

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import typer
 
-from agent.cli import morning, night
+from agent.cli import check, morning, night
 
 app = typer.Typer(
     help="Nightshift: an autonomous ML research loop you can trust with your GPUs overnight.\n\n"
@@ -23,6 +23,8 @@ app = typer.Typer(
          "everything in results/<tag>/.",
     no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 
+# before the night
+app.command()(check.check)
 # the night
 app.command()(night.run)
 app.command()(night.seed)

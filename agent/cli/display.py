@@ -70,13 +70,14 @@ class RichObserver:
                 if not self._tasks:
                     self._progress.stop()
                     self._progress = None
-        shown = f"{self.metric} {run.metric:.4f}" if run.metric is not None else run.reason[:80]
+        shown = f"{self.metric} {run.metric:.4f}" if run.metric is not None else run.reason
         colour = "green" if run.ok else "red"
         who = f"w{run.worker} " if run.worker is not None else ""
         where = f" on {run.node}" if run.node else ""
+        over = f" [yellow]past its budget by {run.over_budget_s:g}s[/yellow]" if run.over_budget_s else ""
         self.console.print(f"  {who}{run.experiment or 'incumbent'} seed {run.seed} "
                            f"{run.role.value:<9} [{colour}]{run.status.value}[/{colour}] "
-                           f"{shown} ({run.duration_s or 0:.0f}s{where})")
+                           f"{shown} ({run.duration_s or 0:.0f}s{where}){over}", soft_wrap=not run.ok)
 
     def decided(self, event: DecisionMade) -> None:
         colour = _VERDICT_COLOUR.get(event.verdict, "red")
@@ -162,6 +163,12 @@ def print_status(console: Console, folder: Path, metric: str, state: LoopState |
     if usage.calls or usage.usd:
         for line in usage_lines(usage):
             console.print(f"  {line}")
+    over = [r for r in state.runs if r.over_budget_s]
+    if over:
+        worst = max(over, key=lambda r: r.over_budget_s)
+        console.print(f"  [yellow]past budget: {len(over)} of {len(state.runs)} runs ran past their "
+                      f"{state.budget_s or 0:g}s budget (by up to {worst.over_budget_s:g}s, seed "
+                      f"{worst.seed}); the script does not stop at NIGHTSHIFT_BUDGET_S / {{budget_s}}[/yellow]")
     holder = live_holder(folder) if state.in_flight else None
     for run in state.in_flight.values():
         # Without a live loop on the tag a started run is not running: its harness died.

@@ -103,7 +103,7 @@ def open_session(prog, tag: str, *, researcher: str, observer, **options):
     """build_session, or exit with the code its failure calls for (nothing written when a
     check fails: see agent/night/session.py)."""
     from agent.night.lock import TagLocked
-    from agent.night.preflight import PreflightError
+    from agent.night.prestart import PrestartError
     from agent.night.session import build_session
     from agent.researchers import ResearcherError
     from agent.workspace.repo import WorkspaceError
@@ -117,7 +117,7 @@ def open_session(prog, tag: str, *, researcher: str, observer, **options):
         raise fail("interrupted before the night started", ExitCode.INTERRUPTED) from None
     except TagLocked as error:
         raise fail(str(error), ExitCode.BUSY) from None
-    except PreflightError as error:
+    except PrestartError as error:
         raise fail(str(error), error.code) from None
     except (SandboxUnavailable, ClusterUnavailable) as error:
         raise fail(str(error), ExitCode.LOOP) from None
@@ -175,6 +175,7 @@ def noise(
 def _measure_noise(session, prog, commit: Optional[str], seeds: int) -> None:
     from agent.cli.display import mean_sd
     from agent.decide.noise import suggest_settings
+    from agent.night.checks import SEED_FIX, observe_seeding
 
     loop = session.loop
     state = loop.state
@@ -191,9 +192,16 @@ def _measure_noise(session, prog, commit: Optional[str], seeds: int) -> None:
         raise fail("fewer than two runs succeeded; see the logs under "
                    f"{session.results / 'runs'}", ExitCode.LOOP)
     console.print(f"{sha[:8]}: {prog.metric} {mean_sd(values)}")
+    seeding = observe_seeding(state.ok_values(sha, Role.NOISE), prog.metric)
+    if seeding.kind == "identical":
+        raise fail(f"{sha[:8]}: {seeding.note}, so there is no seed-to-seed noise to measure and "
+                   f"no seeds or min_effect to suggest. Fix: {SEED_FIX}")
     per_commit = {c: state.ok_values(c) for c in {r.commit for r in state.runs}}
     per_commit = {c: v for c, v in per_commit.items() if len(v) >= 2}
-    advice = suggest_settings(per_commit, alpha=prog.alpha)
+    try:
+        advice = suggest_settings(per_commit, alpha=prog.alpha)
+    except ValueError as error:
+        raise fail(f"{error}") from None
     console.print(f"pooled seed noise: sd {advice['noise_sd']:.4f} ({advice['dof']} dof over "
                   f"{len(per_commit)} commits); same-seed shared fraction {advice['seed_share']:.2f}")
     plan = advice["seeds"]

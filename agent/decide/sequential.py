@@ -285,9 +285,11 @@ class SequentialRule(DecisionRule):
         if not noise.sd or dof < 1:
             if not last:
                 return self._more(evidence, night, reference, "no noise estimate yet")
+            why = ("no noise estimate: every commit measured on two or more seeds gave identical "
+                   "values on all of them, so the seed changes nothing (see `nightshift check`)"
+                   if noise.sd == 0 else "no noise estimate: no commit was measured on two seeds")
             return self._decide(Verdict.INCONCLUSIVE, effect, None, None, candidate, reference,
-                                "no noise estimate: no commit was measured on two seeds",
-                                details)
+                                why, details)
         se = noise.sd * sd_diff
         t_stat = effect / se if se > 0 else math.copysign(math.inf, effect or 1.0)
         p_value = float(special.stdtr(dof, -t_stat))              # one-sided, nominal

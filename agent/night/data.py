@@ -1,11 +1,21 @@
-"""Preparing the data once, on the host, before any experiment runs.
+"""The data of a night: the `prepare` step, and program.md's `data:` folder.
 
-The program's `prepare` command is harness-owned code (it is protected), so it runs outside
-the sandbox. It prints `data_dir: <path>` as its last such line; that folder is mounted
-read-only into every run as NIGHTSHIFT_DATA.
+The contract of `prepare` (documented in the README): it runs once, on the host, before the
+first run, outside the sandbox (it is the user's own, protected code), in Nightshift's
+worktree of the branch (a checkout of the commit under research: git-ignored files of the
+user's checkout are not there), with `python` meaning Nightshift's interpreter and
+NIGHTSHIFT_DATA_ROOT naming a cache folder it may write. It must exit 0 and print a line
+`data_dir: <path>` (the last such line counts; relative to the worktree); that folder is
+mounted read-only into every run as NIGHTSHIFT_DATA (`{data}` in the command). A
+`meta.json` there with a `corpus_hash` is recorded in every run's provenance.
+
+`data:` names a folder of the user's repository (git-ignored files included, as it is in
+their checkout now) that every run sees read-only at that same path inside its working
+directory, where a script written for the checkout expects it.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -13,6 +23,9 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from sandbox.protocol import DataMount, expand_command
 
 _DATA_DIR_LINE = re.compile(r"^data_dir:\s*(.+?)\s*$", re.MULTILINE)
 
@@ -41,9 +54,8 @@ def prepare_data(command: str | None, root: Path, cache_dir: Path) -> PreparedDa
         return PreparedData(empty, {})
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}
     env.setdefault("NIGHTSHIFT_DATA_ROOT", str(cache_dir))
-    # The program says `python ...`; run it with this interpreter so a venv is respected.
-    if command.startswith("python "):
-        command = f"{sys.executable} {command[len('python '):]}"
+    # `python` is this interpreter, as in the runs, so a venv is respected.
+    command = expand_command(command, {}, sys.executable)
     done = subprocess.run(command, shell=True, cwd=root, env=env, capture_output=True,
                           text=True, errors="replace")
     if done.returncode != 0:
@@ -62,3 +74,35 @@ def prepare_data(command: str | None, root: Path, cache_dir: Path) -> PreparedDa
     meta_file = path / "meta.json"
     meta = json.loads(meta_file.read_text()) if meta_file.exists() else {}
     return PreparedData(path, meta)
+
+
+def repository_data(root: Path, folder: str | None) -> DataMount | None:
+    """program.md's `data:` folder of the repository at `root`, to mount at the same path."""
+    if folder is None:
+        return None
+    source = Path(root) / folder
+    if not source.is_dir():
+        raise DataError(f"the data folder {folder} (program.md's `data:`) is not a folder in "
+                        f"{root}; create it there, e.g. by running your data preparation once in "
+                        f"your checkout, or remove `data:`")
+    return DataMount(folder, source.resolve())
+
+
+def folder_facts(path: Path, max_files: int = 100_000) -> dict[str, Any]:
+    """Files, bytes and a digest of every file's name, size and mtime (cheap: no reads), to
+    record which data a run saw and to notice a run that changed it."""
+    digest, files, size = hashlib.sha256(), 0, 0
+    for current, dirs, names in os.walk(path, followlinks=True):
+        dirs.sort()
+        for name in sorted(names):
+            full = os.path.join(current, name)
+            try:
+                info = os.stat(full)
+            except OSError:
+                continue
+            files += 1
+            size += info.st_size
+            digest.update(f"{os.path.relpath(full, path)}\0{info.st_size}\0{info.st_mtime_ns}\0".encode())
+            if files >= max_files:
+                return {"files": files, "bytes": size, "stat_digest": digest.hexdigest()[:16], "truncated": True}
+    return {"files": files, "bytes": size, "stat_digest": digest.hexdigest()[:16]}

@@ -31,8 +31,9 @@ from typing import Any, Callable, Protocol
 
 from agent.decide.decision import DecisionRule, Evidence, RunMore, pooled_sd
 from agent.decide.scoring import score_prediction
+from agent.night.checks import baseline_verdict
 from agent.night.failures import describe_error
-from agent.night.proposals import ProposalThread, Ready
+from agent.night.proposals import Ready, Researchers
 from agent.night.reconcile import reconcile
 from agent.night.runs import RunExecutor
 from agent.program import Program
@@ -127,6 +128,8 @@ class ResearchLoop:
     observer: Observer = field(default_factory=QuietObserver)
     facts: dict[str, Any] = field(default_factory=dict)   # recorded with loop_started/resumed
     overlap: bool = True          # the researcher prepares proposals while runs train
+    control: Researcher | None = None   # the LLM-free control arm, proposing a `control_share`
+    control_share: float = 0.0
 
     def __post_init__(self) -> None:
         self._events: queue.Queue = queue.Queue()
@@ -151,7 +154,11 @@ class ResearchLoop:
         self._unused: set[str] = set()          # snapshots to drop once their runs are done
         self._researcher_error: ResearcherError | None = None
         self._decided_here = 0
-        self.proposals = ProposalThread(self.researcher, lambda ready: self._queue("proposal", ready))
+        self._baseline_checked = False          # the first baseline's verdict was given
+        arms = [(self.researcher, 1.0 - self.control_share)]
+        if self.control is not None and self.control_share > 0:
+            arms.append((self.control, self.control_share))
+        self.proposals = Researchers(arms, lambda ready: self._queue("proposal", ready))
         try:
             self._start()
             reason = self._night(stop)
@@ -319,6 +326,7 @@ class ResearchLoop:
         """Ask the rule about every pending candidate whose batch has landed."""
         if not self._incumbent_measured():
             return
+        self._check_baseline()
         for experiment in self.state.pending_experiments():
             if experiment.decided or self._waiting(experiment):
                 continue
@@ -331,6 +339,18 @@ class ResearchLoop:
             if step.look is not None and step.look not in experiment.looks:
                 self.ledger.append(LookTaken(id=experiment.id, seeds=step.look, reason=step.reason))
             self._asked[experiment.id] = step
+
+    def _check_baseline(self) -> None:
+        """Once, before the first candidate: print the verdict on the first baseline's runs,
+        and stop when the seed changes nothing (agent.night.checks)."""
+        if self._baseline_checked or self.state.experiments:
+            return
+        self._baseline_checked = True
+        verdict = baseline_verdict(self.state, self.program, self.ledger.dir)
+        for line in verdict.lines():
+            self.observer.message(line)
+        if verdict.stop:
+            raise LoopError(verdict.stop)
 
     def _incumbent_measured(self) -> bool:
         reference = self.state.reference(self.state.incumbent)
@@ -382,7 +402,7 @@ class ResearchLoop:
         delta = None
         if decision is not None and decision.effect is not None:
             delta = -decision.effect if self.program.direction == "minimize" else decision.effect
-        self.proposals.observe(_proposal_of(experiment), Outcome(
+        self.proposals.observe(experiment.researcher, _proposal_of(experiment), Outcome(
             experiment_id=experiment.id, verdict=verdict, measured_delta=delta,
             candidate_mean=experiment.mean(), reason=reason))
 
@@ -413,7 +433,7 @@ class ResearchLoop:
                 context = dataclasses.replace(self._context(0), incumbent_commit=kept.commit)
                 self._ready.insert(0, Ready(context=context, proposal=proposal,
                                             source_experiment=other.id))
-            self.proposals.observe(_proposal_of(other), Outcome(
+            self.proposals.observe(other.researcher, _proposal_of(other), Outcome(
                 experiment_id=other.id, verdict=Verdict.SUPERSEDED, measured_delta=None,
                 candidate_mean=None, reason=why))
 
@@ -431,6 +451,8 @@ class ResearchLoop:
                 continue
             if reference_only or not self._ready or not self._room_for_candidates():
                 return
+            if not (self._baseline_checked or self.state.experiments):
+                return   # the first candidate waits for the first baseline's verdict
             self._record_next_proposal()
 
     def _free_slots(self) -> list[Slot]:
@@ -491,17 +513,25 @@ class ResearchLoop:
         if self._researcher_error is not None:
             return
         waiting = self.proposals.preparing + sum(1 for r in self._ready if r.source_experiment is None)
-        if stop.max_experiments is not None:
-            started = self._decided_here + len(self.state.pending_experiments()) + waiting
-            if started >= stop.max_experiments:
-                return
         if self.overlap:
             wanted = self.proposals.capacity - waiting
         else:
             idle = not self._running and not self.state.pending_experiments() and not self._ready
             wanted = 1 if idle and waiting == 0 else 0
-        for _ in range(max(0, wanted)):
-            self.proposals.propose(self._context(offset=self.proposals.preparing + len(self._ready)))
+        if stop.max_experiments is not None:
+            started = self._decided_here + len(self.state.pending_experiments()) + waiting
+            wanted = min(wanted, stop.max_experiments - started)
+        proposed: dict[str, int] = {}
+        for experiment in self.state.experiments.values():
+            proposed[experiment.researcher] = proposed.get(experiment.researcher, 0) + 1
+        for ready in self._ready:
+            proposed[ready.researcher] = proposed.get(ready.researcher, 0) + 1
+        for _ in range(wanted):
+            arm = self.proposals.next_arm(proposed)
+            if arm is None:
+                return
+            self.proposals.propose(self._context(offset=self.proposals.preparing + len(self._ready)),
+                                   arm=arm)
 
     def _context(self, offset: int) -> ResearchContext:
         state = self.state
@@ -549,7 +579,7 @@ class ResearchLoop:
         state = self.state
         experiment_id = f"e{state.next_index:04d}"
         if ready.rejected is not None:
-            self._record_invalid(experiment_id, None, str(ready.rejected), ready.rejected.usage,
+            self._record_invalid(ready, experiment_id, None, str(ready.rejected), ready.rejected.usage,
                                  ready.rejected.extra)
             return
         proposal, incumbent, target = ready.proposal, state.incumbent, self.program.target
@@ -565,13 +595,13 @@ class ResearchLoop:
                 if ready.source_experiment is not None:
                     return   # a superseded candidate's diff: the ledger says it was dropped
                 if ready.attempts >= MAX_ASKS:
-                    self._record_invalid(experiment_id, proposal, f"conflicted with a newer "
+                    self._record_invalid(ready, experiment_id, proposal, f"conflicted with a newer "
                                          f"incumbent {ready.attempts} times", proposal.usage)
                     return
                 self.observer.message(f"a proposal made against {ready.proposed_on[:8]} conflicts "
                                       f"with the new incumbent {incumbent[:8]}: asking again")
                 self.proposals.propose(self._context(offset=self.proposals.preparing + len(self._ready)),
-                                       attempts=ready.attempts + 1)
+                                       attempts=ready.attempts + 1, name=ready.researcher)
                 return
             proposal = dataclasses.replace(proposal, source=merged)
         elif ready.source_experiment is not None:
@@ -580,7 +610,7 @@ class ResearchLoop:
                                                source=ready.source_experiment))
         gate = check_source(target, current, proposal.source)
         if not gate.ok:
-            self._record_invalid(experiment_id, proposal, gate.reason, proposal.usage)
+            self._record_invalid(ready, experiment_id, proposal, gate.reason, proposal.usage)
             return
         trailers = {"Nightshift-Hypothesis": proposal.hypothesis_id} if proposal.hypothesis_id else {}
         if ready.source_experiment:
@@ -592,7 +622,7 @@ class ResearchLoop:
         self.ledger.append(ExperimentProposed(
             id=experiment_id, commit=commit, parent=incumbent,
             description=proposal.description, hypothesis=proposal.hypothesis,
-            prediction=proposal.prediction, researcher=self.researcher.name,
+            prediction=proposal.prediction, researcher=ready.researcher or self.researcher.name,
             hypothesis_id=proposal.hypothesis_id, extra=proposal.extra, usage=proposal.usage))
         self.observer.message(f"{experiment_id} {commit[:8]}: {proposal.description}")
         experiment = self.state.experiments[experiment_id]
@@ -600,8 +630,10 @@ class ResearchLoop:
         if isinstance(step, RunMore):
             self._asked[experiment_id] = step
 
-    def _record_invalid(self, experiment_id: str, proposal: Proposal | None, reason: str,
-                        usage: Usage | None, extra: dict[str, Any] | None = None) -> None:
+    def _record_invalid(self, ready: Ready, experiment_id: str, proposal: Proposal | None,
+                        reason: str, usage: Usage | None,
+                        extra: dict[str, Any] | None = None) -> None:
+        researcher = ready.researcher or self.researcher.name
         diff = ""
         incumbent = self.state.incumbent
         if proposal is not None:
@@ -614,14 +646,15 @@ class ResearchLoop:
             description=proposal.description if proposal else "(no usable proposal)",
             hypothesis=proposal.hypothesis if proposal else "",
             prediction=proposal.prediction if proposal else None,
-            researcher=self.researcher.name,
+            researcher=researcher,
             hypothesis_id=proposal.hypothesis_id if proposal else None, diff=diff, usage=usage,
             extra=dict(proposal.extra) if proposal else dict(extra or {})))
         self._decided_here += 1
         self._write_views()
         self.observer.message(f"{experiment_id}: invalid — {reason}")
         if proposal is not None:
-            self.proposals.observe(proposal, Outcome(experiment_id, Verdict.INVALID, None, None, reason))
+            self.proposals.observe(researcher, proposal,
+                                   Outcome(experiment_id, Verdict.INVALID, None, None, reason))
 
     def _write_views(self) -> None:
         write_tsv(self.state, self.ledger.dir, self.program.metric)

@@ -1,199 +1,271 @@
-"""Everything checked before a night writes anything: what program.md names must exist in the
-repository as it says, the tag's git refs must agree with its ledger, the disk must have room.
+"""`nightshift check`: everything a night would trip over, found before it starts.
 
-program.md's own fields are validated when it is read (agent/program.py); what needs the
-repository is checked here, once, by `preflight`, before the lock, the branch, the worktree
-or the results folder exist. A failure is a PreflightError whose message names the file,
-the line and the field (as program.md's errors do) and the fix; `code` is the exit code.
-Nothing here changes the repository or the disk.
+`preflight(program, sandbox=...)` opens a throw-away branch and worktree (tag
+`nightshift-check`, removed afterwards; its run folders stay in
+`results/nightshift-check/runs/` for their logs), then checks, in order, one `Check` each:
+
+  program valid · target and knobs · prepare step · data folder · sandbox · interpreter
+  (python in the sandbox, its torch and CUDA) · metric found · seeds change the result ·
+  budget respected · nothing written outside the allowed places · your checkout untouched
+
+by running the incumbent (your HEAD) on two seeds with the program's budget, exactly as a
+night's baseline would run. The run checks are the ones `run` prints after its first
+baseline (agent.night.checks.judge_runs).
 """
 from __future__ import annotations
 
-import os
+import re
 import shutil
-from dataclasses import dataclass, field
+import subprocess
 from pathlib import Path
+from typing import Callable
 
+from agent.night.checks import Verdict, judge_runs
+from agent.night.data import DataError, PreparedData, folder_facts, prepare_data, repository_data
+from agent.night.outputs import human_bytes
+from agent.night.runs import RunExecutor, RunPlan, gpu_for_runs
 from agent.program import Program
-from agent.record.events import ExitCode
-from agent.record.ledger import LEDGER_FILE, read_events
-from agent.record.state import fold
-from agent.workspace.inspect import (RepositoryError, head_commit, is_ancestor, path_at_head,
-                                     stale_git_locks, tag_refs, uncommitted)
+from agent.record.events import Role
+from agent.record.ledger import Ledger
+from agent.researchers.knobs import KnobError, find_knobs, format_value
+from agent.researchers.registry import resolve_researcher_name
+from agent.workspace.repo import Workspace, WorkspaceError, remove_snapshot
+from sandbox import Limits, RunSpec, SandboxUnavailable, Status
 
-MIN_FREE_MB = 16         # a run's log, result and provenance, and the ledger's lines
+CHECK_TAG = "nightshift-check"
+CHECK_SEEDS = (0, 1)
+
+# Run inside the sandbox as `python -c ...`: what `python` is there, and its torch.
+_PROBE = """import platform, sys
+print("---")
+print("python:", sys.executable)
+print("version:", platform.python_version())
+try:
+    import torch
+    print("torch:", torch.__version__)
+    print("cuda:", torch.cuda.is_available())
+    print("gpus:", torch.cuda.device_count())
+except Exception as exc:
+    print("torch: none (" + type(exc).__name__ + ")")
+print("probe: 1")
+"""
+
+Say = Callable[[str], None]
 
 
-class PreflightError(ValueError):
-    """The night cannot start; the message says where and the fix. `code`: the exit code."""
+def preflight(program: Program, *, sandbox: str, budget_s: float | None = None,
+              say: Say = lambda text: None, on_output: Callable[[str], None] | None = None) -> Verdict:
+    """Check `program` as a night would run it; `say` hears progress. Never raises for a
+    problem of the user's: each becomes a failed Check with its fix."""
+    from agent.night.session import data_cache, results_dir
+    from sandbox.select import make_runner
 
-    def __init__(self, message: str, code: ExitCode = ExitCode.BAD_INPUT) -> None:
-        super().__init__(message)
-        self.code = code
+    if budget_s is not None:
+        program = program.with_overrides(budget=budget_s)
+    verdict = Verdict()
+    verdict.add("program valid", True, f"{program.path.name}: command `{program.command}`, "
+                f"metric {program.metric} ({program.direction}), budget {program.budget_s:g} s")
+    from agent.night.prestart import PrestartError, check_paths
 
-
-@dataclass(frozen=True)
-class Plan:
-    """What the checks found out about the tag, for the session to act on."""
-
-    head: str                          # the user's HEAD commit
-    starts: bool                       # no evidence yet: the night starts (again) at `head`
-    archive: bool = False              # --fresh: the tag's old refs are to be archived first
-    notes: list[str] = field(default_factory=list)   # things worth saying at start
-
-
-def preflight(program: Program, tag: str, results: Path, *, fresh: bool = False,
-              allow_dirty: bool = False) -> Plan:
-    """Check `program` against its repository and `tag` against its ledger and refs."""
-    root = program.root
+    try:   # what `run` refuses before writing anything: a target, protected or data path
+        check_paths(program)   # that is missing, a folder, a link or outside the repository
+    except PrestartError as error:
+        verdict.add("paths in the repository", False, str(error),
+                    "point target, protected and data at a file or folder of the repository itself")
+        return verdict
+    results = results_dir(program, CHECK_TAG)
+    _forget(program, results)
     try:
-        head = head_commit(root)
-    except RepositoryError as error:
-        raise PreflightError(str(error)) from None
-    _check_disk(results, root)    # first: on a full disk even git's questions fail
+        workspace = Workspace.open(program.root, CHECK_TAG, results / "worktree")
+    except WorkspaceError as error:
+        verdict.add("target and knobs", False, str(error), "commit your code in a git repository first")
+        return verdict
     try:
-        return _preflight(program, tag, results, head, fresh, allow_dirty)
-    except RepositoryError as error:    # git itself failed (not the program): exit 4
-        raise PreflightError(str(error), ExitCode.LOOP) from None
-
-
-def _preflight(program: Program, tag: str, results: Path, head: str, fresh: bool,
-               allow_dirty: bool) -> Plan:
-    root = program.root
-    check_paths(program)
-    state = fold(read_events(results)) if (results / LEDGER_FILE).exists() else None
-    started = state is not None and state.started
-    evidence = state is not None and state.has_evidence
-    notes: list[str] = []
-    archive = False
-    refs = tag_refs(root, tag)
-    if fresh and started:
-        raise PreflightError(
-            f"--fresh starts tag {tag} over, but {results / LEDGER_FILE} holds its night; "
-            f"`run --tag {tag}` without --fresh resumes it, or move {results} away first (nothing "
-            f"of a night is deleted by Nightshift) and run again with --fresh")
-    if not started and refs:
-        if _used_before(root, tag, refs, head):
-            if not fresh:
-                raise PreflightError(_used_message(tag, refs, results))
-            archive = True
+        target_ok = _target_and_knobs(verdict, program, workspace)
+        data = _prepare(verdict, program, workspace, data_cache())
+        mount_ok = _data_folder(verdict, program)
+        try:
+            runner, why = make_runner(sandbox, image=program.image)
+        except SandboxUnavailable as error:
+            verdict.add("sandbox", False, str(error), "start the engine or build the image as it says, "
+                        "or use --sandbox local")
+            return verdict
+        facts = runner.describe()
+        if runner.name == "local" and not facts.get("read_only_root"):
+            why += ("; no mount namespace here, so writes outside the run's folders are not "
+                    "prevented (only noticed in your checkout and the data folder): prefer docker")
+        elif runner.name == "local":
+            why += f"; working directory: {'a private overlay' if facts.get('overlay') else 'a private copy'}"
+        verdict.add("sandbox", True, why)
+        plan = RunPlan.from_program(program if mount_ok else program.with_overrides(data=None))
+        if data is None:
+            (results / "no-data").mkdir(parents=True, exist_ok=True)
+        executor = RunExecutor(plan=plan, runner=runner, workspace=workspace, ledger=Ledger(results),
+                               data=data or PreparedData(results / "no-data", {}), results_dir=results)
+        head = workspace.head()
+        _interpreter(verdict, executor, head, results)
+        if not (target_ok and data is not None and mount_ok):
+            verdict.add("runs", None, "skipped: fix the problems above first")
+            return verdict
+        before = _checkout_status(program.root)
+        runs = []
+        for seed in CHECK_SEEDS:
+            say(f"running {head[:8]} on seed {seed} (budget {plan.budget_s:g} s, grace {plan.grace_s:g} s)")
+            run = executor.run(head, seed, Role.REFERENCE, None, on_output=on_output)
+            say(f"  seed {seed}: {run.status.value} "
+                + (f"{program.metric} {run.metric:.6g}" if run.metric is not None else run.reason)
+                + f" ({run.duration_s or 0:.1f} s)")
+            runs.append(run)
+        judge_runs(verdict, runs, program, results, plan.budget_s)
+        after = _checkout_status(program.root)
+        if after != before:
+            verdict.add("your checkout untouched", False, f"git status changed during the runs: "
+                        f"{sorted(set(after) ^ set(before))[:5]}", "the script must write only to "
+                        "{out} or its working directory, not to absolute paths in your checkout")
         else:
-            notes.append(f"branch nightshift/{tag} of an earlier attempt that never ran is moved "
-                         f"to HEAD {head[:8]}")
-    elif started and not evidence:
-        notes.append(f"tag {tag} has no measurement yet: it starts again at HEAD {head[:8]}")
-    starts = not evidence
-    if starts:
-        notes += _dirty(program, head, allow_dirty)
-    locks = stale_git_locks(root, tag, results / "worktree")
-    if locks:
-        raise PreflightError(
-            f"git lock file{'s' if len(locks) > 1 else ''} {', '.join(map(str, locks))} "
-            f"{'are' if len(locks) > 1 else 'is'} left from a git command that did not finish "
-            f"(a crash, a full disk); the night's git commands would fail on "
-            f"{'them' if len(locks) > 1 else 'it'}. If no git command is running, remove "
-            f"{'them' if len(locks) > 1 else 'it'}: rm {' '.join(map(str, locks))}", ExitCode.LOOP)
-    return Plan(head=head, starts=starts, archive=archive, notes=notes)
+            verdict.add("your checkout untouched", True, "git status is the same before and after")
+        return verdict
+    finally:
+        workspace.remove(delete_branch=True)
+        _remove_snapshots(results)
 
 
-def check_paths(program: Program) -> None:
-    """The target is a file of HEAD, protected paths and the data folder stay inside the
-    repository, and none of them is, or sits under, a symbolic link."""
-    root = program.root
-    target = path_at_head(root, program.target)
-    where = program.locate("target")
-    if target.kind == "missing":
-        exists = (root / program.target).exists()
-        raise PreflightError(f"{where}: {program.target} is not in the HEAD commit of {root}"
-                             + ("; it exists but is not committed: git add and commit it"
-                                if exists else "; fix the path, or commit the file"))
-    if target.kind == "folder":
-        raise PreflightError(f"{where}: {program.target} is a folder; the target is the one file "
-                             f"the researcher edits (like train/train.py)")
-    if target.kind in ("link", "submodule"):
-        raise PreflightError(f"{where}: {_link_text(target)}; the target must be a regular file "
-                             f"of the repository (name the file it points to instead)")
-    for path in program.protected:
-        found = path_at_head(root, path)
-        if found.kind in ("link", "submodule"):
-            raise PreflightError(f"{program.locate('protected')}: {_link_text(found)}; a protected "
-                                 f"path must be a file or folder of the repository itself, so that "
-                                 f"its digest is of what the runs see")
-        if found.kind == "missing" and "protected" in program.locations:
-            raise PreflightError(f"{program.locate('protected')}: {path} is not in the HEAD commit "
-                                 f"of {root}; fix the path, commit the file, or remove it from protected")
-    data = getattr(program, "data", None)    # a repository folder mounted into runs, if set
-    if data:
-        _check_on_disk(root, data, program.locate("data"), folder=True)
+def _forget(program: Program, results: Path) -> None:
+    """Remove what an earlier check left (its worktree entry, branch and folder)."""
+    if (results / "worktree").exists() or results.exists():
+        subprocess.run(["git", "-C", str(program.root), "worktree", "remove", "--force",
+                        str(results / "worktree")], capture_output=True)
+        subprocess.run(["git", "-C", str(program.root), "worktree", "prune"], capture_output=True)
+        _remove_snapshots(results)
+        shutil.rmtree(results, ignore_errors=True)
+    subprocess.run(["git", "-C", str(program.root), "branch", "-D", "--quiet", f"nightshift/{CHECK_TAG}"],
+                   capture_output=True)
 
 
-def _link_text(found) -> str:
-    if found.kind == "submodule":
-        return f"{found.path} is a git submodule"
-    if found.link == found.path:
-        return f"{found.path} is a symbolic link"
-    return f"{found.path} sits under {found.link}, a symbolic link"
+def _remove_snapshots(results: Path) -> None:
+    snapshots = results / "snapshots"
+    if snapshots.exists():
+        for folder in snapshots.iterdir():
+            remove_snapshot(folder)
+        shutil.rmtree(snapshots, ignore_errors=True)
 
 
-def _check_on_disk(root: Path, rel: str, where: str, folder: bool) -> None:
-    """A path of the checkout (it may be untracked, like a data folder) that must stay inside."""
-    current = Path(root)
-    for part in Path(rel).parts:
-        current = current / part
-        if current.is_symlink():
-            raise PreflightError(f"{where}: {current.relative_to(root)} is a symbolic link; "
-                                 f"a path of the repository must stay inside it")
-    resolved = (Path(root) / rel).resolve()
-    if not resolved.is_relative_to(Path(root).resolve()):
-        raise PreflightError(f"{where}: {rel} leaves the repository (it resolves to {resolved})")
-    if folder and not resolved.is_dir():
-        raise PreflightError(f"{where}: {rel} is not a folder of {root}")
+def _target_and_knobs(verdict: Verdict, program: Program, workspace: Workspace) -> bool:
+    head = workspace.head()
+    try:
+        source = workspace.read(program.target, head)
+    except FileNotFoundError:
+        verdict.add("target and knobs", False, f"{program.target} is not in your HEAD commit {head[:8]}",
+                    f"commit {program.target}: runs see the commit, not your working tree")
+        return False
+    except UnicodeDecodeError:
+        verdict.add("target and knobs", False, f"{program.target} is not UTF-8 text",
+                    "point target at a text file (a Python or YAML config)")
+        return False
+    local = program.root / program.target
+    dirty = local.is_file() and local.read_text(encoding="utf-8", errors="replace") != source
+    note = " (your checkout has uncommitted changes to it: runs use the commit)" if dirty else ""
+    try:
+        knobs = find_knobs(source, path=program.target, declared=program.knobs)
+    except KnobError as error:
+        verdict.add("target and knobs", False, f"{program.target}: {error}",
+                    "fix the knob as the message says (program.md's knobs:, or the annotation)")
+        return True
+    try:
+        researcher = resolve_researcher_name(program.researcher)[0]
+    except Exception:
+        researcher = program.researcher
+    if not knobs:
+        if researcher == "optuna":
+            verdict.add("target and knobs", False, f"{program.target} at {head[:8]} has no knobs for the "
+                        f"optuna researcher{note}", "name assignments of the target in program.md, e.g. "
+                        "knobs: {learning_rate: 'log(1e-4, 1e-2)'}")
+        else:
+            verdict.add("target and knobs", True, f"{program.target} at {head[:8]}; no knobs (the "
+                        f"{researcher} researcher edits the file as a whole){note}")
+        return True
+    flagged = [k.name for k in knobs if re.search(rf"--{re.escape(k.name)}(=|\s)", program.command)]
+    if flagged:
+        verdict.add("target and knobs", False, f"the command passes {', '.join('--' + n for n in flagged)}, "
+                    f"which overrides the knob{'s' if len(flagged) > 1 else ''} of the same name in "
+                    f"{program.target}: the researcher's edits would do nothing",
+                    "remove those flags from command (the target's values are what runs), or drop the knobs")
+        return True
+    shown = ", ".join(f"{k.name}={format_value(k.value)} in {k.describe_space()}" for k in knobs[:6])
+    more = f" and {len(knobs) - 6} more" if len(knobs) > 6 else ""
+    outside = [k.name for k in knobs if not k.contains(k.value)]
+    warn = f"; outside their space now: {', '.join(outside)}" if outside else ""
+    verdict.add("target and knobs", True, f"{program.target} at {head[:8]}: {len(knobs)} knobs: "
+                f"{shown}{more}{warn}{note}")
+    return True
 
 
-def _dirty(program: Program, head: str, allow_dirty: bool) -> list[str]:
-    """Uncommitted changes to what the night runs: an error, or with --allow-dirty a note."""
-    changed = uncommitted(program.root, [program.target, *program.protected])
-    if not changed:
-        return []
-    names = ", ".join(changed)
-    if allow_dirty:
-        return [f"--allow-dirty: the night runs HEAD {head[:8]}; the uncommitted changes to "
-                f"{names} are not used"]
-    raise PreflightError(
-        f"{program.root}: uncommitted changes to {names}; the night runs commits, so they would "
-        f"be ignored. Commit them (git commit -am '...'), or pass --allow-dirty to run HEAD "
-        f"{head[:8]} as it is")
+def _prepare(verdict: Verdict, program: Program, workspace: Workspace, cache: Path):
+    try:
+        data = prepare_data(program.prepare, workspace.path, cache)
+    except (DataError, OSError, ValueError) as error:
+        verdict.add("prepare step", False, str(error).replace("\n", " | "),
+                    "the prepare command must exit 0 and print `data_dir: <path>` (see the README: "
+                    "the prepare step); or set prepare: null")
+        return None
+    if program.prepare:
+        facts = folder_facts(data.path)
+        verdict.add("prepare step", True, f"`{program.prepare}` gave data_dir {data.path} "
+                    f"({facts['files']} files, {human_bytes(facts['bytes'])})")
+    else:
+        verdict.add("prepare step", None, "none (prepare: null): $NIGHTSHIFT_DATA is an empty folder")
+    return data
 
 
-def _used_before(root: Path, tag: str, refs: dict[str, str], head: str) -> bool:
-    """Whether the refs hold a night's work: candidates, or a branch past the user's HEAD.
-    A bare branch at an ancestor of HEAD is an attempt that stopped before it ran."""
-    branch = refs.get(f"refs/heads/nightshift/{tag}")
-    others = [ref for ref in refs if ref != f"refs/heads/nightshift/{tag}"]
-    return bool(others) or (branch is not None and not is_ancestor(root, branch, head))
+def _data_folder(verdict: Verdict, program: Program) -> bool:
+    if program.data is None:
+        return True
+    try:
+        mount = repository_data(program.root, program.data)
+    except DataError as error:
+        verdict.add("data folder", False, str(error), "create the folder in your checkout, or fix data:")
+        return False
+    facts = folder_facts(mount.source)
+    verdict.add("data folder", True, f"{program.data} of your checkout ({facts['files']} files, "
+                f"{human_bytes(facts['bytes'])}, git-ignored ones included), read-only at "
+                f"{program.data} in every run")
+    return True
 
 
-def _used_message(tag: str, refs: dict[str, str], results: Path) -> str:
-    kinds: dict[str, int] = {}
-    for ref in refs:
-        kind = "branch" if ref.startswith("refs/heads/") else ref.split("/")[3]
-        kinds[kind] = kinds.get(kind, 0) + 1
-    found = ", ".join(f"{n} {k}" if k != "branch" else f"branch nightshift/{tag}"
-                      for k, n in sorted(kinds.items()))
-    return (f"tag {tag} was used before: its git refs remain ({found}) but its ledger "
-            f"{results / LEDGER_FILE} is gone, so they cannot be resumed. Start over with "
-            f"`nightshift run --tag {tag} --fresh` (the old refs are kept under "
-            f"refs/nightshift-archive/{tag}-<time>/), or pick another --tag")
+def _interpreter(verdict: Verdict, executor: RunExecutor, commit: str, results: Path) -> None:
+    """Run the probe in the sandbox: what `python` in the command is there, and its torch."""
+    out = results / "probe" / "out"
+    out.mkdir(parents=True, exist_ok=True)
+    plan = executor.plan
+    spec = RunSpec(command=f"python -I -c \"exec(bytes.fromhex('{_PROBE.encode().hex()}').decode())\"",
+                   snapshot_dir=executor.snapshot(commit), data_dir=executor.data.path, out_dir=out,
+                   seed=0, budget_s=60, grace_s=30, metric="probe", python=plan.python,
+                   limits=Limits(memory_mb=plan.limits.memory_mb, pids=plan.limits.pids,
+                                 gpu=plan.limits.gpu))
+    result = executor.runner.run(spec)
+    facts = result.metrics
+    if result.status != Status.OK:
+        verdict.add("interpreter", False, f"python did not run in the sandbox: {result.status.value}: "
+                    f"{result.reason}", "build the sandbox image for this machine, or use --sandbox local")
+        return
+    where = f"{facts.get('python')} (Python {facts.get('version')}) in the {result.backend} sandbox"
+    torch = str(facts.get("torch", "none"))
+    if torch.startswith("none"):
+        verdict.add("interpreter", None, f"python in the command is {where}; no torch there (fine if "
+                    f"the script does not import it; else install it for that interpreter)")
+        return
+    cuda = facts.get("cuda") in (True, "True")
+    gpus = f"CUDA available, {facts.get('gpus')} GPU(s) visible" if cuda else "CUDA not available: runs use the CPU"
+    if gpu_for_runs() is not None and not cuda:
+        verdict.add("interpreter", False, f"python in the command is {where}, torch {torch}; this "
+                    f"machine has a GPU but the sandbox's torch sees none",
+                    "use a CUDA build of torch; for docker, the NVIDIA Container Toolkit and a "
+                    "dockerfile-mode image")
+        return
+    verdict.add("interpreter", True, f"python in the command is {where}, torch {torch}, {gpus}")
 
 
-def _check_disk(results: Path, root: Path) -> None:
-    """The results folder (or where it will be) is writable and has room."""
-    existing = next((p for p in [results, *results.parents] if p.exists()), root)
-    if not os.access(existing, os.W_OK):
-        raise PreflightError(f"{existing} is not writable, and the night's ledger goes under "
-                             f"{results}; fix the permissions", ExitCode.LOOP)
-    free_mb = shutil.disk_usage(existing).free / 2**20
-    if free_mb < MIN_FREE_MB:
-        raise PreflightError(f"only {free_mb:.1f} MB free on the disk of {existing}, where the "
-                             f"night's ledger and runs go ({results}); free at least "
-                             f"{MIN_FREE_MB} MB", ExitCode.LOOP)
+def _checkout_status(root: Path) -> list[str]:
+    done = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=all"],
+                          capture_output=True, text=True)
+    return sorted(line for line in done.stdout.splitlines() if line.strip())

@@ -28,6 +28,7 @@ class Ready:
     error: ResearcherError | None = None  # the researcher cannot go on: stop the night
     source_experiment: str | None = None  # set when this re-applies a superseded candidate
     attempts: int = 1                     # how often this index was asked (conflicts ask again)
+    researcher: str = ""                  # the name of the researcher that made it
 
     @property
     def proposed_on(self) -> str:
@@ -95,7 +96,7 @@ class ProposalThread:
                     pass
                 continue
             context, attempts = args
-            ready = Ready(context=context, attempts=attempts)
+            ready = Ready(context=context, attempts=attempts, researcher=self.researcher.name)
             try:
                 ready.proposal = self.researcher.propose(context)
             except ProposalRejected as rejected:
@@ -106,3 +107,63 @@ class ProposalThread:
                 ready.error = ResearcherError(f"the {self.researcher.name} researcher failed: "
                                               f"{type(error).__name__}: {error}")
             self.deliver(ready)
+
+
+@dataclass
+class Arm:
+    """One researcher of the night and the share of its experiments it should propose."""
+
+    thread: ProposalThread
+    share: float
+
+    @property
+    def name(self) -> str:
+        return self.thread.researcher.name
+
+
+class Researchers:
+    """The night's researchers: one, or an LLM with its LLM-free control arm (program.md
+    `control: 0.25`: a quarter of the experiments proposed by the Optuna researcher, on the same
+    harness, incumbent and seeds, so the report can compare the two).
+
+    Each researcher has its own thread, so the control arm proposes while the LLM thinks; the
+    next proposal is asked of the arm furthest below its share."""
+
+    def __init__(self, arms: list[tuple[Researcher, float]], deliver: Callable[[Ready], None]) -> None:
+        self.arms = [Arm(ProposalThread(researcher, deliver), share) for researcher, share in arms]
+        self._by_name = {arm.name: arm for arm in self.arms}
+
+    @property
+    def preparing(self) -> int:
+        return sum(arm.thread.preparing for arm in self.arms)
+
+    @property
+    def capacity(self) -> int:
+        return sum(arm.thread.capacity for arm in self.arms)
+
+    def next_arm(self, proposed: dict[str, int]) -> Arm | None:
+        """The arm to ask next, given how many experiments each arm proposed so far (None when
+        every arm already prepares as many as it may)."""
+        free = [a for a in self.arms if a.thread.preparing < a.thread.capacity]
+        if not free:
+            return None
+        total = sum(proposed.get(a.name, 0) + a.thread.preparing for a in self.arms) + 1
+        return max(free, key=lambda a: a.share * total - proposed.get(a.name, 0) - a.thread.preparing)
+
+    def propose(self, context: ResearchContext, attempts: int = 1, arm: Arm | None = None,
+                name: str | None = None) -> None:
+        chosen = arm or (self._by_name.get(name) if name else None) or self.arms[0]
+        chosen.thread.propose(context, attempts)
+
+    def observe(self, name: str, proposal: Proposal, outcome: Outcome) -> None:
+        arm = self._by_name.get(name)
+        if arm is not None:
+            arm.thread.observe(proposal, outcome)
+
+    def received(self, ready: Ready) -> None:
+        arm = self._by_name.get(ready.researcher) or self.arms[0]
+        arm.thread.received(ready)
+
+    def stop(self) -> None:
+        for arm in self.arms:
+            arm.thread.stop()

@@ -1,18 +1,22 @@
 """Running one measurement: a commit on a seed, in the sandbox, recorded in the ledger.
 
 Each run gets its own folder `results/<tag>/runs/<run_id>/` holding the log, the script's
-outputs (`out/result.json`) and `provenance.json`. The commit is exported once into a
-read-only snapshot that all its seeds share, so the worktree can move on meanwhile.
+outputs (`out/result.json`, and `work/`: what it wrote next to itself, as far as `keep:`
+keeps it) and `provenance.json`. The commit is exported once into a read-only snapshot that
+all its seeds share, so the worktree can move on meanwhile; each run works in a private
+writable layer over it, with program.md's `data:` folder mounted read-only inside.
 """
 from __future__ import annotations
 
+import sys
 import threading
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from agent.night.data import PreparedData
+from agent.night import checks, outputs
+from agent.night.data import PreparedData, folder_facts, repository_data
 from agent.program import Program
 from agent.record.events import Role, RunFinished, RunStarted
 from agent.record.ledger import Ledger, utc_now
@@ -22,6 +26,7 @@ from cluster.execute import execute
 from cluster.protocol import Job, Outcome, Slot
 from sandbox import Limits, Runner, RunSpec, Status
 from sandbox.digest import digest_files
+from sandbox.protocol import DataMount
 
 MAX_DIFF_CHARS = 1_000_000   # a diff larger than this is left to git (the commit pins it anyway)
 
@@ -39,6 +44,13 @@ class RunPlan:
     split: str = "val"
     extra_env: dict[str, str] = field(default_factory=dict)
     target: str | None = None      # the file the researcher edits; its digest goes in provenance
+    result_file: str = "result.json"
+    metric_pattern: str | None = None
+    metrics_pattern: str | None = None
+    python: str | None = None      # what `python` in the command runs (Nightshift's interpreter)
+    writable_workdir: bool = False
+    mounts: tuple[DataMount, ...] = ()
+    keep: tuple[str, ...] | None = None   # program.md's keep: globs (None: result.json + small files)
 
     @classmethod
     def from_program(cls, program: Program, *, budget_s: float | None = None,
@@ -47,10 +59,14 @@ class RunPlan:
         the one place a Program becomes run settings."""
         limits = Limits(memory_mb=program.limits.memory_mb, pids=program.limits.pids,
                         cpus=program.limits.cpus, gpu=gpu_for_runs())
+        mount = repository_data(program.root, program.data)
         return cls(command=program.command, metric=program.metric,
                    budget_s=program.budget_s if budget_s is None else budget_s,
                    grace_s=program.grace_s, protected=tuple(program.protected), limits=limits,
-                   split=split, target=program.target)
+                   split=split, extra_env=dict(program.env), target=program.target,
+                   result_file=program.result_file, metric_pattern=program.metric_pattern,
+                   metrics_pattern=program.metrics_pattern, python=sys.executable,
+                   writable_workdir=True, mounts=(mount,) if mount else (), keep=program.keep)
 
 
 def gpu_for_runs() -> int | None:
@@ -70,6 +86,8 @@ class RunExecutor:
         self.ledger, self.data = ledger, data
         self.runs_dir = results_dir / "runs"
         self.snapshots_dir = results_dir / "snapshots"
+        # The data folder as the night found it: a run that changes it is tampered.
+        self._data_seen = {m.path: folder_facts(m.source) for m in plan.mounts}
         self._diffs: dict[str, tuple[str | None, str]] = {}   # commit -> (parent, diff): once each
 
     def snapshot(self, commit: str) -> Path:
@@ -101,11 +119,14 @@ class RunExecutor:
         run_id = f"{commit[:8]}-s{seed}-{role.value[:3]}-{uuid.uuid4().hex[:6]}"
         out_dir = self.runs_dir / run_id / "out"
         out_dir.mkdir(parents=True)
+        plan = self.plan
         spec = RunSpec(
-            command=self.plan.command, snapshot_dir=self.snapshot(commit), data_dir=self.data.path,
-            out_dir=out_dir, seed=seed, budget_s=self.plan.budget_s, metric=self.plan.metric,
-            split=self.plan.split, grace_s=self.plan.grace_s, limits=self.plan.limits,
-            env=self.plan.extra_env,
+            command=plan.command, snapshot_dir=self.snapshot(commit), data_dir=self.data.path,
+            out_dir=out_dir, seed=seed, budget_s=plan.budget_s, metric=plan.metric,
+            split=plan.split, grace_s=plan.grace_s, limits=plan.limits, env=plan.extra_env,
+            result_file=plan.result_file, metric_pattern=plan.metric_pattern,
+            metrics_pattern=plan.metrics_pattern, python=plan.python,
+            writable_workdir=plan.writable_workdir, mounts=plan.mounts,
         )
         self.ledger.append(RunStarted(run_id=run_id, commit=commit, seed=seed, role=role,
                                       experiment=experiment, worker=slot.index if slot else None,
@@ -130,8 +151,24 @@ class RunExecutor:
                 run_id=job.run_id, commit=commit, seed=seed, role=role, experiment=experiment,
                 status=Status.CRASH, reason=f"the run could not start: {outcome.error}", **slot))
         status, reason = result.status, result.reason
-        if outcome.tampered and status != Status.INTERRUPTED:
-            status, reason = Status.TAMPERED, f"protected files changed during the run: {', '.join(outcome.tampered)}"
+        changed = sorted(set(outcome.tampered) | set(outputs.touches(result.written, self.plan.protected)))
+        data_now = {m.path: folder_facts(m.source) for m in self.plan.mounts}
+        data_changed = [path for path, facts in data_now.items() if facts != self._data_seen.get(path)]
+        self._data_seen = data_now
+        if changed and status != Status.INTERRUPTED:
+            status, reason = Status.TAMPERED, f"protected files changed during the run: {', '.join(changed)}"
+        elif data_changed and status != Status.INTERRUPTED:
+            status, reason = Status.TAMPERED, (f"the run changed the data folder "
+                                               f"{', '.join(data_changed)} of your repository")
+        spec = job.spec
+        kept = outputs.prune(spec.out_dir, result.work_dir, result.written, spec.snapshot_dir,
+                             self.plan.keep, always=(self.plan.result_file,))
+        budget = checks.judge_budget(result.duration_s, self.plan.budget_s, self.plan.grace_s) \
+            if status != Status.INTERRUPTED else None
+        metric_value = result.metric if status == Status.OK else None
+        seen = self.ledger.state.ok_values(commit)
+        seeding = checks.observe_seeding({**seen, seed: metric_value} if metric_value is not None else seen,
+                                         self.plan.metric)
         run_dir = self.runs_dir / job.run_id
         env = outcome.environment or environment()
         parent, diff = self._diff_of(commit)
@@ -144,19 +181,28 @@ class RunExecutor:
             "seed": seed, "role": role.value, "experiment": experiment,
             "budget_s": self.plan.budget_s, "grace_s": self.plan.grace_s,
             "command": self.plan.command, "split": self.plan.split,
+            "run_env": dict(self.plan.extra_env), "python": self.plan.python,
             "protected_digests": digest_files(job.spec.snapshot_dir, self.plan.protected),
             "data_dir": str(self.data.path), "data_meta": self.data.meta,
+            "data_mount": [{"path": m.path, "source": str(m.source), **data_now[m.path]}
+                           for m in self.plan.mounts],
             "sandbox": {"backend": result.backend, **result.sandbox},
+            "outputs": kept.to_dict(),
             "worker": {"index": started.worker, "device": started.device, "node": outcome.node},
             "environment": env, "env_fingerprint": fingerprint(env),
-            "determinism": determinism(seed, self.plan.extra_env),
+            "determinism": determinism(
+                seed, self.plan.extra_env,
+                seed_passed="{seed} in the command and NIGHTSHIFT_SEED" if "{seed}" in self.plan.command
+                else "NIGHTSHIFT_SEED (the command has no {seed})",
+                seeding=(seeding.kind, seeding.note),
+                budget=(budget.kind, budget.note) if budget else ("unknown", "interrupted")),
             "started_at": started.time, "ended_at": utc_now(),
         }
         write_provenance(run_dir / "provenance.json", provenance)
         log = Path(result.log_path)
         return self.ledger.append(RunFinished(
             run_id=job.run_id, commit=commit, seed=seed, role=role, experiment=experiment,
-            status=status, metric=result.metric if status == Status.OK else None,
+            status=status, metric=metric_value,
             metrics=dict(result.metrics), duration_s=round(result.duration_s, 3),
             peak_memory_mb=result.peak_memory_mb, exit_code=result.exit_code, reason=reason,
             log=str(log.relative_to(self.runs_dir.parent)) if log.is_relative_to(self.runs_dir.parent)
@@ -164,7 +210,7 @@ class RunExecutor:
             log_tail=result.log_tail[-2000:], backend=result.backend,
             data_hash=self.data.corpus_hash, env_fingerprint=provenance["env_fingerprint"],
             provenance=str((run_dir / "provenance.json").relative_to(self.runs_dir.parent)),
-            **slot))
+            over_budget_s=budget.over_s if budget else None, **slot))
 
     def _diff_of(self, commit: str) -> tuple[str | None, str]:
         """A commit's parent and patch (git twice per commit, not per run)."""

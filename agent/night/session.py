@@ -15,7 +15,7 @@ from agent.night.data import prepare_data
 from agent.night.leftovers import end_leftovers
 from agent.night.lock import TagLock, refuse_if_locked
 from agent.night.loop import Observer, ResearchLoop
-from agent.night.preflight import preflight
+from agent.night.prestart import prestart
 from agent.night.runs import RunExecutor, RunPlan
 from agent.program import Program
 from agent.record.ledger import Ledger
@@ -67,7 +67,7 @@ def build_session(program: Program, tag: str, *, researcher: str, sandbox: str,
                   allow_dirty: bool = False) -> Session:
     """A loop of `program` on `tag`, ready to run, holding the tag's lock (`Session.close`
     releases it). Everything that can be checked is checked before anything is written:
-    program.md against the repository (preflight), the rule, the sandbox and the
+    program.md against the repository (prestart), the rule, the sandbox and the
     researcher's name; then the lock is taken, and only then do the branch, the worktree
     and the results folder appear. `gpus` replaces the GPUs found on this machine (tests
     that fake a device list); `fresh` archives the refs of a tag whose ledger is gone;
@@ -79,16 +79,20 @@ def build_session(program: Program, tag: str, *, researcher: str, sandbox: str,
         raise ValueError(f"tag {tag!r} is not usable as a git ref part: use letters, digits, . _ -")
     results = program.root / "results" / tag
     refuse_if_locked(results, tag)   # a running loop is the first thing to say, not a detail
-    plan = preflight(program, tag, results, fresh=fresh, allow_dirty=allow_dirty)
+    plan = prestart(program, tag, results, fresh=fresh, allow_dirty=allow_dirty)
     rule = make_rule(program.decision, program.rule_settings)
     runner, sandbox_why = make_runner(sandbox, image=program.image)
     name, researcher_why = resolve_researcher_name(researcher, os.environ)
+    if program.control > 0 and name == "optuna":
+        raise ValueError(f"{program.locate('control')}: control: {program.control:g} asks for an "
+                         f"LLM-free control arm beside an LLM researcher, but the researcher is "
+                         f"optuna already; set control: 0 or choose researcher: claude")
     # Nothing is written before this line; the lock is the first thing.
     results_dir(program, tag)
     lock = TagLock.acquire(results, tag)
     try:
         # Again, under the lock: what the tag holds now is what this night acts on.
-        plan = preflight(program, tag, results, fresh=fresh, allow_dirty=allow_dirty)
+        plan = prestart(program, tag, results, fresh=fresh, allow_dirty=allow_dirty)
         notes = [lock.note] if lock.note else []
         if plan.archive:
             prefix = archive_tag(program.root, tag, time.strftime("%Y%m%dT%H%M%S"))
@@ -124,8 +128,13 @@ def _assemble(program: Program, tag: str, results: Path, ledger: Ledger, workspa
 
     chosen = make_researcher(name, state_dir=results / "researcher", direction=program.direction,
                              claude=program.claude, openai=program.openai, script=script,
-                             seed=seed, experiment_detail=detail)
-    executor = RunExecutor(plan=RunPlan.from_program(program, split=split), runner=runner,
+                             seed=seed, experiment_detail=detail, knobs=program.knobs)
+    control = None
+    if program.control > 0:     # checked before anything was written (build_session)
+        control = make_researcher("optuna", state_dir=results / "researcher" / "control",
+                                  direction=program.direction, seed=seed, knobs=program.knobs)
+    plan = RunPlan.from_program(program, split=split)
+    executor = RunExecutor(plan=plan, runner=runner,
                            workspace=workspace, ledger=ledger, data=data, results_dir=results)
 
     def workers(on_done: OnDone) -> Workers:
@@ -139,10 +148,16 @@ def _assemble(program: Program, tag: str, results: Path, ledger: Ledger, workspa
         "data_dir": str(data.path), "corpus_hash": data.corpus_hash, "budget_s": program.budget_s}
     loop = ResearchLoop(tag=tag, program=program, workspace=workspace, ledger=ledger,
                         executor=executor, researcher=chosen, rule=rule, make_workers=workers,
-                        observer=observer, facts=facts, overlap=program.overlap)
+                        observer=observer, facts=facts, overlap=program.overlap,
+                        control=control, control_share=program.control)
     shown = "auto" if program.workers is None else program.workers
     notes = [f"researcher: {chosen.name} ({researcher_why})", f"sandbox: {sandbox_why}",
              f"workers: {shown} on {program.cluster}"
              + ("" if program.overlap else " (proposals only between runs: overlap false)"),
              f"decision rule: {rule.name}", f"data: {data.path}", f"results: {results}"]
+    if control is not None:
+        notes.insert(1, f"control arm: optuna proposes {program.control:.0%} of the experiments "
+                        f"(report: Arms)")
+    for mount in plan.mounts:
+        notes.insert(4, f"data folder: {mount.path} of your checkout, read-only at that path in every run")
     return loop, notes

@@ -192,6 +192,7 @@ class RunFinished(RunIdentity):
     data_hash: str | None = None
     env_fingerprint: str | None = None
     provenance: str | None = None          # relative to results/<tag>/
+    over_budget_s: float | None = None     # seconds past its budget, when it ran past it (else None)
     node: str | None = None                # the cluster node it ran on (a Ray node), if any
     started: float | None = None           # wall-clock seconds (epoch) the process started...
     ended: float | None = None             # ...and ended: the timeline of the workers

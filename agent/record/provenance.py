@@ -8,7 +8,9 @@
     split, data_dir, data_meta (corpus_hash, split rule, sizes), sandbox {backend, image,
     image_id, image_digests, isolation facts}, environment {python, torch, numpy, cuda, cudnn,
     driver, gpus, gpu_count, cpu_model, cpu_count, hostname, platform, nightshift},
-    env_fingerprint, determinism {...}, started_at, ended_at
+    env_fingerprint, determinism {seed, seeding, budget_kind, ...: what was observed},
+    data_mount {path, source, files, bytes, stat_digest}, outputs {kept, dropped, ...},
+    started_at, ended_at
 
 and records `env_fingerprint` in the ledger's run_finished event, so two runs whose
 environments differ can be told apart without opening files. `compare_environments` lists
@@ -130,14 +132,18 @@ def fingerprint(env: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(material, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def determinism(seed: int, run_env: Mapping[str, str]) -> dict[str, Any]:
-    """What fixes (and what does not fix) a run's randomness, as far as the harness knows."""
+def determinism(seed: int, run_env: Mapping[str, str], *, seed_passed: str = "NIGHTSHIFT_SEED",
+                seeding: tuple[str, str] = ("unobserved", "not observed"),
+                budget: tuple[str, str] = ("unknown", "not judged")) -> dict[str, Any]:
+    """What fixes (and what does not fix) a run's randomness: what the harness observed, not
+    what it hopes. `seeding` and `budget` are (kind, sentence) as judged by the harness
+    (agent.night.checks): seeding "varies" | "identical" | "unobserved", budget "wall_clock"
+    | "step" | "over_budget" | "unknown"."""
     return {
         "seed": seed,
-        "seeding": "the run protocol passes NIGHTSHIFT_SEED; the script seeds python, numpy "
-                   "and torch from it",
-        "budget_kind": "wall clock: the number of steps depends on the machine's speed, so "
-                       "equal seeds give equal metrics only on an equally fast, idle machine",
+        "seed_passed_as": seed_passed,
+        "seeding": seeding[0], "seeding_note": seeding[1],
+        "budget_kind": budget[0], "budget_note": budget[1],
         "run_env": {key: run_env[key] for key in DETERMINISM_ENV if key in run_env},
     }
 

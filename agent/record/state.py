@@ -203,7 +203,10 @@ class LoopState:
             self._ok_any.setdefault(event.commit, {})[event.seed] = event.metric
             self._metrics.setdefault(event.commit, []).append(event.metric)
         experiment = self.experiments.get(event.experiment or "")
-        if experiment is not None and event.role == Role.CANDIDATE:
+        # A run that lands after its experiment was decided (it was stopped too late, or it
+        # was in flight when another candidate was kept) is a measurement, not evidence: it
+        # counts for the noise, never for the experiment it no longer serves.
+        if experiment is not None and event.role == Role.CANDIDATE and not experiment.decided:
             experiment.runs.append(event)
 
     def _decided(self, event: DecisionMade) -> None:

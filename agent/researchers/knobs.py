@@ -1,8 +1,18 @@
-"""Knobs: ALL_CAPS constants in the target, annotated with a search space at the end of the line.
+"""Knobs: assignments in the target that the Optuna researcher may change, with a search space.
+
+Two ways to name them. In the target itself, a constant annotated at the end of its line:
 
     LR = 3e-3              # peak learning rate  # search: log(1e-4, 3e-2)
     N_LAYER = 4            # transformer blocks  # search: int(2, 8)
     OPTIMIZER = "adamw"    # search: choice("adamw", "muon")
+
+Or, without touching the user's files, program.md's `knobs:` (`find_knobs(declared=...)`):
+a name -> space mapping over assignments where the user keeps them, in any case:
+
+    knobs:
+      learning_rate: log(1e-4, 1e-2)    # `learning_rate = 6e-4` at module level
+      TrainConfig.lr: log(1e-5, 1e-3)   # a dataclass field default (`lr` alone when unique)
+      optimizer.beta2: float(0.9, 0.999)  # a key of a YAML target (dotted for nesting)
 
 Grammar of the annotation (the last thing in the line's comment):
     search: float(lo, hi)        uniform float in [lo, hi]
@@ -11,74 +21,40 @@ Grammar of the annotation (the last thing in the line's comment):
     search: choice(a, b, ...)    one of these literals (numbers, strings, True/False/None)
 
 The assignment is found with `ast` (a module-level, one-line assignment whose value is a
-literal), the comment with `tokenize` (so `#` inside strings never counts). `parse_knobs`
-raises `KnobError` naming the line and the fix. `set_knobs` rewrites only the value text,
-keeping the comment in its column where it can.
+literal, or a class-level one for a field default), the comment with `tokenize` (so `#`
+inside strings never counts), a YAML key with the YAML composer (its scalar's position).
+`parse_knobs` / `find_knobs` raise `KnobError` naming the line and a fix that keeps the
+script working (a declared knob's error is a `DeclaredKnobError` naming the knob, so
+program.md can point at its line). `set_knobs` rewrites only the value text, keeping the
+comment in its column where it can, and every other byte of the file.
 
 A knob's current value may lie outside its search space (someone edited it by hand); that is
 not an error here: `Knob.contains` tells, and the researcher decides what to do.
+
+Where things are: the space grammar, `Knob` and value formatting in `knob_space`; finding
+program.md's declared knobs in Python, YAML and JSON targets in `knob_targets`; here the
+annotations, `find_knobs` / `set_knobs` over both, and hypotheses that are assignments.
 """
 from __future__ import annotations
 
 import ast
 import io
-import math
 import re
 import tokenize
-from dataclasses import dataclass
-from typing import Any, Literal
+from dataclasses import replace
+from typing import Any, Mapping
 
-SpaceKind = Literal["float", "log", "int", "choice"]
-SPACE_KINDS: tuple[str, ...] = ("float", "log", "int", "choice")
+from agent.researchers.knob_space import (  # re-exported: the public surface of knobs
+    SPACE_CALL, SPACE_KINDS, DeclaredKnobError, Knob, KnobError, SpaceKind, format_float, format_value,
+    parse_space, round_sig, same_value,
+)
+from agent.researchers.knob_targets import format_yaml, is_yaml, python_knob, value_span, yaml_knob
+
+__all__ = ["SPACE_KINDS", "DeclaredKnobError", "Knob", "KnobError", "SpaceKind", "find_knobs",
+           "format_float", "format_value", "is_yaml", "knob_values", "parse_assignments",
+           "parse_knobs", "parse_space", "round_sig", "same_value", "set_knobs"]
 
 _ANNOTATION = re.compile(r"#\s*search\s*:\s*(?P<rest>.*)$")
-_KIND_CALL = re.compile(r"^(?P<kind>[A-Za-z_]\w*)\s*\((?P<args>.*)\)\s*$")
-_KNOB_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
-
-
-class KnobError(ValueError):
-    """A knob annotation or assignment is malformed; the message names the line and the fix."""
-
-
-@dataclass(frozen=True)
-class Knob:
-    """One searchable constant. `low`/`high` for float/log/int, `choices` for choice."""
-
-    name: str
-    value: Any
-    kind: SpaceKind
-    line: int                        # 1-based line of the assignment
-    low: float | int | None = None
-    high: float | int | None = None
-    choices: tuple[Any, ...] = ()
-    doc: str = ""                    # the comment text before the annotation, if any
-
-    def contains(self, value: Any) -> bool:
-        """Whether `value` lies in the search space (type-strict: True is not 1)."""
-        if self.kind == "choice":
-            return any(same_value(value, c) for c in self.choices)
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return False
-        if self.kind == "int" and not isinstance(value, int):
-            return False
-        return self.low <= value <= self.high
-
-    def normalize(self, value: Any) -> float:
-        """Position of a numeric value in the space as a fraction of its range (0 at lo, 1 at hi,
-        on a log scale for `log`); values outside the range map outside [0, 1]. Not defined for
-        choice knobs (compare those by equality)."""
-        if self.kind == "choice":
-            raise ValueError(f"{self.name} is a choice knob; compare choices by equality")
-        if self.kind == "log":
-            if value <= 0:
-                return -1.0   # below any positive value: far from the whole space
-            return (math.log(value) - math.log(self.low)) / (math.log(self.high) - math.log(self.low))
-        return (value - self.low) / (self.high - self.low)
-
-    def describe_space(self) -> str:
-        if self.kind == "choice":
-            return f"choice({', '.join(format_value(c) for c in self.choices)})"
-        return f"{self.kind}({format_value(self.low)}, {format_value(self.high)})"
 
 
 def parse_knobs(source: str) -> list[Knob]:
@@ -108,83 +84,65 @@ def parse_knobs(source: str) -> list[Knob]:
         _check_value_type(name, kind, value, line)
         seen[name] = line
         doc = comment[: match.start()].strip().lstrip("#").strip()
-        knobs.append(Knob(name, value, kind, line, low, high, choices, doc))
+        start, end = value_span(source, node.value)
+        knobs.append(Knob(name, value, kind, line, low, high, choices, doc, start, end))
     _check_single_assignment(tree, seen)
     return knobs
 
 
-def knob_values(source: str) -> dict[str, Any]:
+def find_knobs(source: str, *, path: str = "", declared: Mapping[str, str] | None = None) -> list[Knob]:
+    """Every knob of the target `path` (its text is `source`), in line order: program.md's
+    `declared` (name -> space, e.g. {"learning_rate": "log(1e-4, 1e-2)"}) when given, which
+    replace the annotations; else, in a Python target, its `# search:` annotations. Raises DeclaredKnobError for a declared knob that cannot be edited (not
+    found, not a literal, assigned twice), KnobError for a malformed annotation."""
+    declared = dict(declared or {})
+    if is_yaml(path):
+        found = [yaml_knob(source, path, name, space) for name, space in declared.items()]
+    elif declared and path and not path.endswith(".py"):
+        name = next(iter(declared))
+        raise DeclaredKnobError(name, f"knobs can be edited in a Python (.py), YAML (.yaml, .yml) "
+                                      f"or JSON (.json) target, not {path}; point target at the "
+                                      f"config file that assigns them")
+    else:
+        if not declared:
+            return parse_knobs(source)
+        try:
+            tree = ast.parse(source)
+        except SyntaxError as exc:
+            raise DeclaredKnobError(next(iter(declared)), f"{path or 'the target'} does not parse "
+                                    f"as Python (line {exc.lineno}: {exc.msg})") from None
+        found = [python_knob(source, tree, path, name, space) for name, space in declared.items()]
+    return sorted(found, key=lambda k: (k.line, k.start))
+
+
+def knob_values(source: str, *, path: str = "", declared: Mapping[str, str] | None = None) -> dict[str, Any]:
     """{name: value} of the knobs in `source`."""
-    return {k.name: k.value for k in parse_knobs(source)}
+    return {k.name: k.value for k in find_knobs(source, path=path, declared=declared)}
 
 
-def set_knobs(source: str, values: dict[str, Any]) -> str:
-    """`source` with the named knobs' values replaced. Only the value text changes; the comment
-    keeps its column when the new text fits (at least two spaces before it otherwise).
-    Float/log knobs are written as floats, int knobs as ints (an integral float is accepted)."""
-    knobs = {k.name: k for k in parse_knobs(source)}
+def set_knobs(source: str, values: dict[str, Any], *, path: str = "",
+              declared: Mapping[str, str] | None = None) -> str:
+    """`source` with the named knobs' values replaced. Only the value text changes; a comment
+    after it keeps its column when the new text fits (at least two spaces before it
+    otherwise); every other byte of the file stays. Float/log knobs are written as floats,
+    int knobs as ints (an integral float is accepted), in the target's syntax."""
+    knobs = {k.name: k for k in find_knobs(source, path=path, declared=declared)}
     unknown = sorted(set(values) - set(knobs))
     if unknown:
         raise KnobError(f"no annotated knob named {', '.join(unknown)}; known: {', '.join(knobs) or 'none'}")
-    lines = source.splitlines(keepends=True)
-    tree = ast.parse(source)
-    assignments = _module_assignments(tree)
-    for name, new_value in values.items():
+    for name in sorted(values, key=lambda n: -knobs[n].start):   # from the end: offsets hold
         knob = knobs[name]
-        node = assignments[knob.line]
-        raw = lines[knob.line - 1].encode("utf-8")   # ast column offsets count UTF-8 bytes
-        start, end = node.value.col_offset, node.value.end_col_offset
-        old_text = raw[start:end].decode("utf-8")
-        new_text = _format_for_knob(knob, new_value, old_text)
-        rest = raw[end:].decode("utf-8")
+        old_text = source[knob.start:knob.end]
+        new_text = _format_for_knob(knob, values[name], old_text)
+        line_end = source.find("\n", knob.end)
+        line_end = len(source) if line_end < 0 else line_end
+        rest = source[knob.end:line_end]
         stripped = rest.lstrip(" \t")
         gap = len(rest) - len(stripped)
         if stripped.startswith("#"):
             gap = max(min(gap, 2), gap + len(old_text) - len(new_text))
-        lines[knob.line - 1] = raw[:start].decode("utf-8") + new_text + " " * gap + stripped
-    return "".join(lines)
-
-
-def format_value(value: Any) -> str:
-    """Compact literal text for a value: floats in the shortest form that round-trips,
-    scientific (`3e-3`) when small or large, plain (`0.05`, `1.5`) otherwise."""
-    if isinstance(value, float):
-        return format_float(value)
-    return repr(value)
-
-
-def format_float(value: float) -> str:
-    if not math.isfinite(value):
-        raise KnobError(f"cannot write non-finite float {value!r} as a knob value")
-    if value == 0.0:
-        return "0.0"
-    plain = repr(value)
-    if 1e-2 <= abs(value) < 1e5 and "e" not in plain:
-        return plain
-    for digits in range(0, 17):
-        text = f"{value:.{digits}e}"
-        if float(text) == value:
-            break
-    mantissa, exponent = text.split("e")
-    if "." in mantissa:
-        mantissa = mantissa.rstrip("0").rstrip(".")
-    return f"{mantissa}e{int(exponent)}"
-
-
-def same_value(a: Any, b: Any) -> bool:
-    """Equal as knob values: same type, except that ints and floats compare by value
-    (True is not 1, "1" is not 1)."""
-    return type(a) is type(b) and a == b or (
-        isinstance(a, (int, float)) and isinstance(b, (int, float))
-        and not isinstance(a, bool) and not isinstance(b, bool) and a == b
-    )
-
-
-def round_sig(value: float, digits: int = 3) -> float:
-    """`value` rounded to `digits` significant digits (knob values a person can read)."""
-    if value == 0 or not math.isfinite(value):
-        return value
-    return float(f"{value:.{digits - 1}e}")
+        source = source[:knob.start] + new_text + " " * gap + stripped + source[line_end:]
+    return source
 
 
 _ASSIGN_PART = re.compile(r"^(?:set\s+)?(?P<name>[A-Za-z_]\w*)\s*(?:=|:|\bto\b)\s*(?P<value>.+?)$", re.IGNORECASE)
@@ -257,10 +215,7 @@ def _target_name(node: ast.Assign | ast.AnnAssign, line: int) -> str:
     targets = node.targets if isinstance(node, ast.Assign) else [node.target]
     if len(targets) != 1 or not isinstance(targets[0], ast.Name):
         raise KnobError(f"line {line}: a knob assigns exactly one name, e.g. `LR = 3e-3`")
-    name = targets[0].id
-    if not _KNOB_NAME.match(name):
-        raise KnobError(f"line {line}: knob names are ALL_CAPS constants; rename {name!r} (e.g. {name.upper()!r})")
-    return name
+    return targets[0].id
 
 
 def _literal_value(node: ast.Assign | ast.AnnAssign, name: str, line: int) -> Any:
@@ -275,43 +230,15 @@ def _literal_value(node: ast.Assign | ast.AnnAssign, name: str, line: int) -> An
 
 
 def _parse_space(rest: str, line: int) -> tuple[SpaceKind, Any, Any, tuple[Any, ...]]:
-    match = _KIND_CALL.match(rest.strip())
-    if match is None:
+    if SPACE_CALL.match(rest.strip()) is None:
         raise KnobError(
             f"line {line}: cannot read the annotation 'search: {rest.strip()}'; write e.g. "
             f"'# search: log(1e-4, 3e-2)' at the very end of the line"
         )
-    kind, arg_text = match.group("kind"), match.group("args")
-    if kind not in SPACE_KINDS:
-        raise KnobError(f"line {line}: unknown search space kind {kind!r}; use one of {', '.join(SPACE_KINDS)}")
     try:
-        args = ast.literal_eval(f"({arg_text},)") if arg_text.strip() else ()
-    except (ValueError, SyntaxError):
-        raise KnobError(f"line {line}: the arguments of {kind}(...) must be Python literals, got ({arg_text})") from None
-    if kind == "choice":
-        if len(args) < 2:
-            raise KnobError(f"line {line}: choice(...) needs at least two options")
-        for arg in args:
-            if arg is not None and not isinstance(arg, (bool, int, float, str)):
-                raise KnobError(f"line {line}: choice options must be numbers, strings, True/False/None; got {arg!r}")
-        if len({(type(a), a) for a in args}) != len(args):
-            raise KnobError(f"line {line}: choice(...) lists an option twice")
-        return "choice", None, None, tuple(args)
-    if len(args) != 2:
-        raise KnobError(f"line {line}: {kind}(lo, hi) takes exactly two bounds, got {len(args)}")
-    low, high = args
-    numeric = all(isinstance(a, (int, float)) and not isinstance(a, bool) for a in args)
-    if not numeric:
-        raise KnobError(f"line {line}: the bounds of {kind}(lo, hi) must be numbers, got ({arg_text})")
-    if kind == "int" and not all(isinstance(a, int) for a in args):
-        raise KnobError(f"line {line}: int(lo, hi) needs integer bounds, got ({arg_text}); use float(...) for reals")
-    if not low < high:
-        raise KnobError(f"line {line}: {kind}(lo, hi) needs lo < hi, got lo={low!r} hi={high!r}")
-    if kind == "log" and low <= 0:
-        raise KnobError(f"line {line}: log(lo, hi) needs lo > 0, got lo={low!r}; use float(...) to include 0")
-    if kind in ("float", "log"):
-        low, high = float(low), float(high)
-    return kind, low, high, ()
+        return parse_space(rest)
+    except KnobError as exc:
+        raise KnobError(f"line {line}: {exc}") from None
 
 
 def _check_value_type(name: str, kind: str, value: Any, line: int) -> None:
@@ -341,6 +268,9 @@ def _check_single_assignment(tree: ast.Module, knob_lines: dict[str, int]) -> No
 
 
 def _format_for_knob(knob: Knob, value: Any, old_text: str) -> str:
+    if knob.syntax == "yaml":
+        _format_for_knob(replace(knob, syntax="python"), value, old_text)   # the same type checks
+        return format_yaml(knob, value, old_text)
     if knob.kind in ("float", "log"):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise KnobError(f"knob {knob.name} (line {knob.line}) takes a number, got {value!r}")

@@ -1,16 +1,21 @@
-"""The LLM-free researcher: an Optuna study over the target's annotated knobs.
+"""The LLM-free researcher: an Optuna study over the target's knobs (its `# search:`
+annotations and program.md's `knobs:`, see agent.researchers.knobs).
 
-Each proposal varies 1..knobs_per_proposal knobs (chosen deterministically from the seed and
-the experiment index) and fixes the others at the incumbent's values, so a kept change is
-always attributable. Every trial records the *whole* configuration as its params, so the
-study models the metric over the full knob space as the incumbent moves. The trial's value is
-the candidate's measured mean. The study lives in `state_dir/optuna.db` (SQLite); a new
-researcher on the same state_dir continues it.
+Where it searches: near the incumbent first. The first `startup` proposals (10) are local
+moves (agent.researchers.local_moves: one knob, one step inside a trust region that grows on
+keeps and shrinks on discards); after that TPE proposes, varying 1..knobs_per_proposal knobs,
+and a third of the proposals stay local moves, because TPE models the whole space while the
+night's gains are found around a moving incumbent. Every proposal fixes the knobs it does not
+vary at the incumbent's values, so a kept change is always attributable. Every trial records
+the *whole* configuration as its params, so the study models the metric over the full knob
+space as the incumbent moves. The trial's value is the candidate's measured mean. The study
+lives in `state_dir/optuna.db` (SQLite); a new researcher on the same state_dir continues it.
 
 Queued human hypotheses that are plain knob assignments (`LR=1e-3`, `set N_LAYER to 4`) are
 tested first; prose ones are left for a researcher that reads prose (noted in `extra`).
 
-Predictions come from the study's history: see `agent.researchers.prediction_stats`.
+Predictions come from the study's own model, a Gaussian process over every measured
+configuration: see `agent.researchers.prediction_stats`.
 """
 from __future__ import annotations
 
@@ -26,8 +31,9 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, Floa
 from optuna.trial import TrialState
 
 from agent.researchers.knobs import (
-    Knob, KnobError, format_value, parse_assignments, parse_knobs, round_sig, same_value, set_knobs,
+    Knob, KnobError, find_knobs, format_value, parse_assignments, round_sig, same_value, set_knobs,
 )
+from agent.researchers.local_moves import local_move, trust_radius
 from agent.researchers.prediction_stats import TriedConfig, predict_delta
 from agent.researchers.base import Outcome, Proposal, ResearchContext, Researcher, ResearcherError
 
@@ -36,12 +42,14 @@ SIGNIFICANT_DIGITS = 3   # sampled floats are rounded so the diff stays readable
 
 
 class OptunaResearcher(Researcher):
-    """TPE over the annotated knobs, persisted in `state_dir/optuna.db`."""
+    """TPE over the target's knobs, persisted in `state_dir/optuna.db`. `knobs` is
+    program.md's `knobs:` (name -> search space) over the target's own assignments."""
 
     name = "optuna"
 
     def __init__(self, state_dir: Path, seed: int = 0, knobs_per_proposal: int = 2,
-                 direction: str = "minimize") -> None:
+                 direction: str = "minimize", knobs: dict[str, str] | None = None,
+                 startup: int = 10, local_share: float = 1 / 3) -> None:
         if direction not in ("minimize", "maximize"):
             raise ResearcherError(f"optuna researcher: direction must be minimize|maximize, got {direction!r}")
         if knobs_per_proposal < 1:
@@ -51,6 +59,9 @@ class OptunaResearcher(Researcher):
         self.seed = seed
         self.knobs_per_proposal = knobs_per_proposal
         self.direction = direction
+        self.startup, self.local_share = startup, local_share
+        self._last_move, self._last_radius = None, 0.0   # of the proposal being written
+        self.declared = dict(knobs or {})
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self.study = optuna.create_study(
             study_name=STUDY_NAME, storage=_sqlite_storage(self.state_dir / "optuna.db"),
@@ -84,8 +95,20 @@ class OptunaResearcher(Researcher):
             trial = self._ask(knobs, config, varied=[], experiment_index=context.experiment_index)
             return self._proposal(context, knobs, incumbent, config, trial, skipped,
                                   hypothesis=text, hypothesis_id=hyp_id)
+        rng = random.Random(f"nightshift-optuna-move:{self.seed}:{context.experiment_index}")
+        done = self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if len(done) < self.startup or rng.random() < self.local_share:
+            moved = self._local_config(knobs, incumbent, context.incumbent_commit, rng)
+            if moved is not None:
+                config, radius, step = moved
+                trial = self._ask(knobs, config, varied=[], experiment_index=context.experiment_index)
+                trial.set_user_attr("move", "local")
+                trial.set_user_attr("radius", radius)
+                trial.set_user_attr("step", step)
+                return self._proposal(context, knobs, incumbent, config, trial, skipped)
         varied = self._pick_knobs(knobs, context.experiment_index)
         trial = self._ask(knobs, incumbent, varied, context.experiment_index)
+        trial.set_user_attr("move", "tpe")
         config = self._applied_config(knobs, incumbent, varied, trial)
         if all(same_value(config[n], incumbent[n]) for n in config):
             # TPE drew the incumbent's own values (likely for a small int or choice space).
@@ -139,15 +162,32 @@ class OptunaResearcher(Researcher):
 
     def _knobs(self, context: ResearchContext) -> list[Knob]:
         try:
-            knobs = parse_knobs(context.incumbent_source)
+            knobs = find_knobs(context.incumbent_source, path=context.target, declared=self.declared)
         except KnobError as exc:
             raise ResearcherError(f"optuna researcher: {context.target}: {exc}") from exc
         if not knobs:
             raise ResearcherError(
-                f"optuna researcher: {context.target} has no annotated knobs; annotate constants "
-                f"like `LR = 3e-3  # search: log(1e-4, 3e-2)` or use another researcher"
+                f"optuna researcher: {context.target} has no knobs; name assignments of the target "
+                f"in program.md (`knobs: {{learning_rate: log(1e-4, 1e-2)}}`), annotate constants "
+                f"like `LR = 3e-3  # search: log(1e-4, 3e-2)`, or use another researcher"
             )
         return knobs
+
+    def _local_config(self, knobs: list[Knob], incumbent: dict[str, Any], base: str,
+                      rng: random.Random) -> tuple[dict[str, Any], float, list] | None:
+        """The incumbent with one knob moved inside the trust region, the region's radius and
+        the step ([base, knob, up]); steps already tried from this incumbent come last, so the
+        neighbourhood is walked instead of re-tried. None when no knob can move."""
+        local = [t for t in self.study.get_trials(deepcopy=False) if t.user_attrs.get("move") == "local"]
+        radius = trust_radius([t.user_attrs["verdict"] for t in local if "verdict" in t.user_attrs])
+        tried = {tuple(t.user_attrs["step"]) for t in local if t.user_attrs.get("step")}
+        steps = [(knob, up) for knob in rng.sample(knobs, len(knobs)) for up in rng.sample([True, False], 2)]
+        steps.sort(key=lambda s: (base, s[0].name, s[1]) in tried)      # stable: untried first
+        for knob, up in steps:
+            value = local_move(knob, incumbent[knob.name], radius, rng, up=up)
+            if value is not None:
+                return {**incumbent, knob.name: value}, radius, [base, knob.name, up]
+        return None
 
     def _pick_knobs(self, knobs: list[Knob], experiment_index: int) -> list[Knob]:
         rng = random.Random(f"nightshift-optuna:{self.seed}:{experiment_index}")
@@ -194,6 +234,8 @@ class OptunaResearcher(Researcher):
                   config: dict[str, Any], trial: optuna.Trial, skipped: list[dict[str, str]],
                   hypothesis: str | None = None, hypothesis_id: str | None = None) -> Proposal:
         changed = {n: v for n, v in config.items() if not same_value(v, incumbent[n])}
+        self._last_move = trial.user_attrs.get("move")
+        self._last_radius = trial.user_attrs.get("radius", 0.0)
         trial.set_user_attr("config", config)
         trial.set_user_attr("changed", sorted(changed))
         history = self._history()
@@ -205,20 +247,24 @@ class OptunaResearcher(Researcher):
             f"{n} {format_value(incumbent[n])} -> {format_value(v)}" for n, v in changed.items())
         if hypothesis is None:
             hypothesis = self._evidence_sentence(context.metric, changed, history, prediction.expected_delta)
-        source = set_knobs(context.incumbent_source, changed)
+        source = set_knobs(context.incumbent_source, changed, path=context.target, declared=self.declared)
         return Proposal(
             source=source, description=description, hypothesis=hypothesis, prediction=prediction,
             hypothesis_id=hypothesis_id,
             extra={
                 "trial": trial.number, "study": STUDY_NAME, "params": changed, "config": config,
-                "skipped_hypotheses": skipped,
-                "prediction_method": "prior" if prediction.rationale.startswith("prior") else "knn",
+                "skipped_hypotheses": skipped, "move": trial.user_attrs.get("move", "hypothesis"),
+                "prediction_method": "gp" if history else "gp prior",
             },
         )
 
     def _evidence_sentence(self, metric: str, changed: dict[str, Any], history: list[TriedConfig],
                            delta: float) -> str:
         names = " and ".join(changed)
+        if self._last_move == "local":
+            return (f"A local move of {names} from the incumbent, inside a trust region of "
+                    f"{self._last_radius:.2g} of its range (it widens on keeps, narrows on "
+                    f"discards); the study's model predicts a delta of {delta:+.3g}.")
         if not history:
             return f"Exploring {names}: TPE draws a first setting; no measured trials yet."
         best = min(history, key=lambda t: t.value) if self.direction == "minimize" else max(

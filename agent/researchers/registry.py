@@ -36,18 +36,20 @@ def resolve_researcher_name(name: str, env: Mapping[str, str] | None = None) -> 
 def make_researcher(name: str, *, state_dir: Path, direction: str = "minimize",
                     claude: ClaudeSettings | None = None, openai: OpenAISettings | None = None,
                     script: Path | None = None, seed: int = 0, env: Mapping[str, str] | None = None,
-                    experiment_detail: Callable[[str], str] | None = None) -> Researcher:
+                    experiment_detail: Callable[[str], str] | None = None,
+                    knobs: Mapping[str, str] | None = None) -> Researcher:
     """A ready researcher. `state_dir` holds what it must keep across restarts (created here);
     `direction` is the metric's; `claude` and `openai` the program's typed settings.
     `experiment_detail(id)` returns one experiment's diff and log tail, for researchers that
-    can ask for it. Raises ResearcherError with the fix when it cannot be built."""
+    can ask for it; `knobs` is program.md's `knobs:` for the optuna researcher. Raises
+    ResearcherError with the fix when it cannot be built."""
     resolved, _ = resolve_researcher_name(name, env)
     state_dir = Path(state_dir)
     state_dir.mkdir(parents=True, exist_ok=True)
     if resolved == "optuna":
         from agent.researchers.optuna_researcher import OptunaResearcher
 
-        return OptunaResearcher(state_dir, seed=seed, direction=direction)
+        return OptunaResearcher(state_dir, seed=seed, direction=direction, knobs=dict(knobs or {}))
     if resolved == "scripted":
         if script is None:
             raise ResearcherError("the scripted researcher needs a script: pass --script PATH "

@@ -144,6 +144,7 @@ def build_context(tag_dir: Path, *, metric: str | None = None, direction: str | 
         "calibration": encode(state.calibration()),
         "calibration_chart": calibration_chart(experiments),
         "cost": _cost(state),
+        "arms": _arms(state, direction),
         "workers": _workers(state),
         "replays": _replays(events, state),
         "environment": _environment(state, tag_dir),
@@ -282,6 +283,39 @@ def _cost(state: LoopState) -> dict[str, Any] | None:
             "retries": usage.retries, "timeouts": usage.timeouts, "errors": errors,
             "usd_per_experiment": usage.usd / n_experiments if n_experiments else None,
             "usd_per_keep": usage.usd / n_kept if n_kept else None}
+
+
+def _arms(state: LoopState, direction: str) -> list[dict[str, Any]]:
+    """One row per researcher when a night had more than one (an LLM and its control arm):
+    what each proposed, what it cost, and the progress its keeps made, so the two compare per
+    run and per dollar. A keep's progress is the honest step, from fresh reference seeds of the
+    kept commit and of its parent where both were measured, else the rule's paired estimate."""
+    by_name: dict[str, list[Experiment]] = {}
+    for experiment in state.experiments.values():
+        by_name.setdefault(experiment.researcher or "?", []).append(experiment)
+    if len(by_name) < 2:
+        return []
+    better = -1.0 if direction == "minimize" else 1.0
+    rows = []
+    for name, experiments in by_name.items():
+        progress = 0.0
+        for experiment in experiments:
+            if experiment.verdict != Verdict.KEEP:
+                continue
+            kept, parent = _level(state, experiment.commit), _level(state, experiment.parent or "")
+            if kept["fresh"] and parent["fresh"]:
+                progress += better * (kept["mean"] - parent["mean"])
+            elif experiment.decision is not None and experiment.decision.effect is not None:
+                progress += better * experiment.decision.effect
+        runs = sum(len(e.runs) for e in experiments)
+        usd = sum(e.usage.usd for e in experiments if e.usage is not None and e.usage.usd)
+        rows.append({"researcher": name, "experiments": len(experiments), "runs": runs,
+                     "compute_s": sum(r.duration_s or 0 for e in experiments for r in e.runs),
+                     "keeps": sum(e.verdict == Verdict.KEEP for e in experiments),
+                     "progress": progress, "usd": usd,
+                     "per_run": progress / runs if runs else None,
+                     "per_usd": progress / usd if usd else None})
+    return rows
 
 
 def _replays(events: list[Any], state: LoopState) -> list[dict[str, Any]]:

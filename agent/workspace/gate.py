@@ -3,8 +3,8 @@
 Contract:
 - a candidate commit may differ from its base in the target file only; any other changed,
   added or deleted path makes it invalid, and the reason names those paths;
-- the new target must be non-empty text, differ from the base, and (for `.py`) compile;
-  a syntax error is reported with its line and message;
+- the new target must be non-empty text, differ from the base, and compile (`.py`) or parse
+  (`.yaml`/`.yml`, `.json`: a config file as target); a syntax error is reported with its line;
 - `check_source` applies the same content rules to a proposal before anything is committed,
   so a bad edit is rejected without touching git;
 The gate only judges; the loop records the verdict (status `invalid`). Whether protected files
@@ -48,6 +48,16 @@ def check_source(target: str, old: str | None, new: str) -> GateResult:
             return GateResult(False, f"{target} does not parse ({where}): {err.msg}{text}")
         except ValueError as err:  # null bytes, on Pythons that raise ValueError for them
             return GateResult(False, f"{target} does not parse: {err}")
+    if target.lower().endswith((".yaml", ".yml", ".json")):
+        import json
+
+        import yaml
+
+        try:
+            json.loads(new) if target.lower().endswith(".json") else yaml.safe_load(new)
+        except (ValueError, yaml.YAMLError) as err:
+            first = str(err).splitlines()[0] if str(err) else type(err).__name__
+            return GateResult(False, f"{target} does not parse: {first}")
     return _PASS
 
 

@@ -3,7 +3,7 @@ through the real `nightshift run`: exit 1, a message naming the file, the line a
 field, and nothing written (no branch, no refs, no results folder, no worktree).
 
 The command runs in-process (typer's runner over the real app) so that fifty cases fit in
-seconds; the code path is the one a shell gets (tests/night/test_preflight.py runs the same
+seconds; the code path is the one a shell gets (tests/night/test_prestart.py runs the same
 checks through subprocesses).
 """
 from __future__ import annotations
@@ -86,7 +86,7 @@ PARSE = [
      None, "metric", "not UTF-8"),
 ]
 
-# Repository-dependent: the preflight's checks. (id, setup(repo, outside) -> program text, field, fragment)
+# Repository-dependent: the start checks (agent/night/prestart.py). (id, setup(repo, outside) -> program text, field, fragment)
 
 
 def _missing(repo, outside):
@@ -115,10 +115,6 @@ def _protected_link(repo, outside):
     return field("protected", "[guard.py]")
 
 
-def _protected_missing(repo, outside):
-    return field("protected", "[prepare.py]")
-
-
 def _untracked(repo, outside):
     (repo / "other.py").write_text("x = 1\n")
     return field("target", "other.py")
@@ -130,7 +126,6 @@ REPOSITORY = [
     ("target-link-outside", _link_out, "target", "is a symbolic link", True),
     ("target-under-link", _folder_link, "target", "sits under code, a symbolic link", True),
     ("protected-link", _protected_link, "protected", "is a symbolic link", True),
-    ("protected-missing", _protected_missing, "protected", "is not in the HEAD commit", True),
     ("target-uncommitted", _untracked, "target", "exists but is not committed", False),
 ]
 

@@ -11,7 +11,7 @@ import pytest
 from agent.record.events import Role
 from sandbox import Status
 from tests.loop_helpers import cli_env, loop_state, make_repo, nightshift
-from tests.night.test_scheduler import PROGRAM, SLEEPY, assert_no_run_twice
+from tests.night.test_scheduler import PROGRAM, SLEEPY, assert_no_run_twice, leftovers
 
 pytestmark = pytest.mark.ray
 
@@ -84,5 +84,4 @@ def test_ctrl_c_cancels_every_task_on_the_cluster(tmp_path, ray_address):
         assert ray.available_resources().get("CPU", 0) >= ray.cluster_resources().get("CPU", 0)
     finally:
         ray.shutdown()
-    leftovers = subprocess.run(["pgrep", "-f", "sleepy.py"], capture_output=True, text=True).stdout
-    assert leftovers == "", "a sandboxed run outlived its cancelled task"
+    assert leftovers(repo) == [], "a sandboxed run outlived its cancelled task"

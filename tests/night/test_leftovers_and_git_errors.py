@@ -7,7 +7,7 @@ import sys
 import time
 
 from tests.loop_helpers import cli_env, events, loop_state, nightshift
-from tests.night.test_preflight import repo_with
+from tests.night.test_prestart import repo_with
 
 
 def test_a_resume_ends_the_runs_an_older_harness_left_running(tmp_path):
@@ -42,7 +42,7 @@ def test_a_git_error_mid_night_records_loop_stopped_and_exits_4(tmp_path):
                       "--researcher", "scripted", "--script", str(script), env=env).returncode in (0, 3)
     state = loop_state(repo, "g")
     next_id = f"e{state.next_index:04d}"
-    # a lock git left moments ago (too young for the preflight to call it stale): the discard
+    # a lock git left moments ago (too young for the start checks to call it stale): the discard
     # of the next experiment cannot take its ref
     lock = repo / ".git" / "refs" / "nightshift" / "g" / "discarded" / f"{next_id}.lock"
     lock.parent.mkdir(parents=True, exist_ok=True)

@@ -7,6 +7,7 @@ nothing lost or duplicated and nothing left running; Ctrl-C exits 130 with every
 each worker gets its own device (fake GPU lists) or its own cores.
 """
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -74,9 +75,19 @@ def most_at_once(runs) -> int:
     return best
 
 
-def leftovers(repo) -> list[str]:
-    done = subprocess.run(["pgrep", "-af", "sleepy.py"], capture_output=True, text=True)
-    return [line for line in done.stdout.splitlines() if str(repo) in line or "sleepy" in line]
+def leftovers(repo) -> list[int]:
+    """Processes still working in this repository's run folders or snapshots (only ours:
+    other people's runs on a shared machine do not count)."""
+    results = str(repo / "results")
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                if os.readlink(f"/proc/{name}/cwd").startswith(results):
+                    found.append(int(name))
+            except OSError:
+                pass
+    return found
 
 
 @pytest.mark.slow

@@ -1,10 +1,12 @@
 """The knob annotation grammar: parsing, errors that name the line, and value rewriting."""
+import json
 from pathlib import Path
 
 import pytest
 
 from agent.researchers.knobs import (
-    KnobError, format_float, knob_values, parse_assignments, parse_knobs, set_knobs,
+    DeclaredKnobError, KnobError, find_knobs, format_float, knob_values, parse_assignments,
+    parse_knobs, set_knobs,
 )
 
 SOURCE = '''"""A fake target. # search: log(1, 2) inside a string is not an annotation."""
@@ -59,7 +61,6 @@ def test_annotation_off_an_assignment_line_is_an_error_naming_it():
     ("X = 1  # search: choice(1, 1)", r"line 2: choice\(...\) lists an option twice"),
     ("X = 1  # search: choice(1, [2])", r"line 2: choice options must be"),
     ("X = 1  # search: int(1, 3) trailing", r"line 2: cannot read the annotation"),
-    ("x = 1  # search: int(1, 3)", r"line 2: knob names are ALL_CAPS"),
     ("X = Y = 1  # search: int(1, 3)", r"line 2: a knob assigns exactly one name"),
 ])
 def test_errors_name_the_line_and_the_problem(line, message):
@@ -159,3 +160,127 @@ def test_the_real_training_script_parses_and_round_trips():
     assert knob_values(out)["LR"] == lr.low
     assert len(out.splitlines()) == len(source.splitlines())
     assert sum(a != b for a, b in zip(out.splitlines(), source.splitlines())) == 1
+
+
+def test_an_annotated_knob_may_have_any_case():
+    """Scripts like nanoGPT read lower-case globals; renaming one would make it do nothing."""
+    (knob,) = parse_knobs("learning_rate = 6e-4  # search: log(1e-4, 1e-2)\n")
+    assert (knob.name, knob.value) == ("learning_rate", 6e-4)
+
+
+# ---- program.md's `knobs:` over the user's own assignments ----------------------------------
+
+CONFIG_PY = """# config for training a character-level model
+out_dir = 'out-shakespeare-char'
+eval_interval = 250 # keep frequent because we'll overfit
+learning_rate = 1e-3 # with baby networks can afford to go a bit higher
+beta2 = 0.99 # make a bit bigger because number of tokens per iter is small
+n_layer = 6
+dropout = 0.2
+n_embd = 64 * 6
+"""
+
+DATACLASS_PY = """from dataclasses import dataclass
+
+@dataclass
+class TrainConfig:
+    lr: float = 3e-4          # peak
+    warmup: int = 100
+    optimizer: str = "adamw"
+
+@dataclass
+class ModelConfig:
+    warmup: int = 0
+"""
+
+CONFIG_YAML = """# training settings
+model:
+  n_layer: 4      # blocks
+  act: gelu
+optimizer:
+  lr: 3.0e-4      # peak learning rate
+  beta2: 0.99
+  name: 'adamw'
+seed: 1
+"""
+
+
+def test_declared_knobs_find_lower_case_assignments_and_edit_only_their_values():
+    declared = {"learning_rate": "log(1e-4, 1e-2)", "beta2": "float(0.9, 0.999)", "n_layer": "int(2, 8)"}
+    knobs = {k.name: k for k in find_knobs(CONFIG_PY, path="config/c.py", declared=declared)}
+    assert {n: (k.value, k.line) for n, k in knobs.items()} == {
+        "learning_rate": (1e-3, 4), "beta2": (0.99, 5), "n_layer": (6, 6)}
+    out = set_knobs(CONFIG_PY, {"learning_rate": 2.5e-3, "n_layer": 4}, path="config/c.py", declared=declared)
+    before, after = CONFIG_PY.splitlines(), out.splitlines()
+    assert [i for i, (a, b) in enumerate(zip(before, after)) if a != b] == [3, 5]
+    assert after[3] == "learning_rate = 2.5e-3 # with baby networks can afford to go a bit higher"
+    assert after[5] == "n_layer = 4"
+
+
+def test_declared_dataclass_field_defaults():
+    declared = {"lr": "log(1e-5, 1e-3)", "TrainConfig.warmup": "int(0, 500)", "optimizer": "choice('adamw', 'sgd')"}
+    knobs = {k.name: k for k in find_knobs(DATACLASS_PY, path="cfg.py", declared=declared)}
+    assert (knobs["lr"].value, knobs["TrainConfig.warmup"].value, knobs["optimizer"].value) == (3e-4, 100, "adamw")
+    out = set_knobs(DATACLASS_PY, {"lr": 1e-4, "TrainConfig.warmup": 200, "optimizer": "sgd"},
+                    path="cfg.py", declared=declared)
+    assert "    lr: float = 1e-4          # peak" in out and "    warmup: int = 200" in out
+    assert '    optimizer: str = "sgd"' in out and "class ModelConfig:\n    warmup: int = 0" in out
+
+
+def test_declared_yaml_keys_keep_the_file_and_write_yaml_values():
+    declared = {"optimizer.lr": "log(1e-5, 1e-2)", "model.n_layer": "int(2, 8)",
+                "optimizer.name": "choice('adamw', 'lion')", "model.act": "choice('gelu', 'relu')"}
+    knobs = {k.name: k for k in find_knobs(CONFIG_YAML, path="conf/train.yaml", declared=declared)}
+    assert knobs["optimizer.lr"].value == 3e-4 and knobs["optimizer.lr"].line == 6
+    out = set_knobs(CONFIG_YAML, {"optimizer.lr": 1.2e-3, "model.n_layer": 6, "optimizer.name": "lion",
+                                  "model.act": "relu"}, path="conf/train.yaml", declared=declared)
+    import yaml
+    assert yaml.safe_load(out) == {"model": {"n_layer": 6, "act": "relu"},
+                                   "optimizer": {"lr": 1.2e-3, "beta2": 0.99, "name": "lion"}, "seed": 1}
+    assert "  lr: 1.2e-3      # peak learning rate" in out and "  name: 'lion'" in out
+    assert out.startswith("# training settings\n") and out.endswith("seed: 1\n")
+    small = set_knobs(CONFIG_YAML, {"optimizer.lr": 2e-5}, path="conf/train.yaml", declared=declared)
+    assert yaml.safe_load(small)["optimizer"]["lr"] == 2e-5      # PyYAML reads 2.0e-5, not 2e-5
+
+
+@pytest.mark.parametrize("source, path, declared, message", [
+    (CONFIG_PY, "c.py", {"learning_rat": "log(1e-4, 1e-2)"}, r"no assignment `learning_rat = \.\.\.`.*did you mean 'learning_rate'"),
+    (CONFIG_PY, "c.py", {"n_embd": "int(64, 512)"}, r"c.py:8: n_embd = 64 \* 6 is an expression"),
+    (CONFIG_PY, "c.py", {"out_dir": "float(0, 1)"}, r"c.py:2: out_dir is 'out-shakespeare-char', not a number"),
+    (CONFIG_PY, "c.py", {"dropout": "uniform(0, 1)"}, r"unknown search space kind 'uniform'"),
+    ("lr = 1\nlr = 2\n", "c.py", {"lr": "int(1, 3)"}, r"assigns lr on lines 1, 2"),
+    (DATACLASS_PY, "c.py", {"Model.warmup": "int(0, 9)"}, r"in class Model"),
+    (CONFIG_YAML, "t.yaml", {"optimizer.learning_rate": "log(1e-5, 1e-2)"}, r"no key 'optimizer.learning_rate'.*keys under optimizer: lr, beta2, name"),
+    (CONFIG_YAML, "t.yaml", {"model": "int(1, 3)"}, r"t.yaml:3: model holds a list or mapping"),
+    ("x: 1\n", "t.toml", {"x": "int(1, 3)"}, r"Python \(.py\), YAML"),
+])
+def test_declared_knob_errors_name_the_knob_and_keep_the_script_working(source, path, declared, message):
+    with pytest.raises(DeclaredKnobError, match=message) as caught:
+        find_knobs(source, path=path, declared=declared)
+    assert caught.value.knob == next(iter(declared))
+    assert "rename" not in str(caught.value)
+
+
+def test_declared_field_defaults_of_an_arguments_dataclass():
+    """HfArgumentParser-style scripts keep defaults in field(default=..., metadata=...)."""
+    source = """from dataclasses import dataclass, field
+
+@dataclass
+class TrainingArguments:
+    learning_rate: float = field(
+        default=5e-5, metadata={"help": "peak learning rate"})
+    warmup_ratio: float = field(default=0.0, metadata={"help": "warmup share"})
+"""
+    declared = {"learning_rate": "log(1e-6, 1e-3)", "TrainingArguments.warmup_ratio": "float(0, 0.2)"}
+    knobs = {k.name: k for k in find_knobs(source, path="run.py", declared=declared)}
+    assert (knobs["learning_rate"].value, knobs["learning_rate"].line) == (5e-5, 6)
+    out = set_knobs(source, {"learning_rate": 1e-4, "TrainingArguments.warmup_ratio": 0.1},
+                    path="run.py", declared=declared)
+    assert "        default=1e-4, metadata=" in out and "field(default=0.1, metadata=" in out
+
+
+def test_declared_keys_of_a_json_config():
+    source = '{\n  "learning_rate": 5e-05,\n  "optim": "adamw_torch",\n  "epochs": 3\n}\n'
+    declared = {"learning_rate": "log(1e-6, 1e-3)", "optim": "choice('adamw_torch', 'sgd')"}
+    out = set_knobs(source, {"learning_rate": 2e-4, "optim": "sgd"}, path="args.json", declared=declared)
+    assert json.loads(out) == {"learning_rate": 2e-4, "optim": "sgd", "epochs": 3}

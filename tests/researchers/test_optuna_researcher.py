@@ -52,7 +52,7 @@ def completed(state_dir: Path) -> list[optuna.trial.FrozenTrial]:
 def test_proposals_change_one_or_two_knobs_within_bounds(tmp_path):
     knobs = {k.name: k for k in parse_knobs(SOURCE)}
     incumbent = knob_values(SOURCE)
-    for p in run(OptunaResearcher(tmp_path, seed=3), range(1, 7)):
+    for p in run(OptunaResearcher(tmp_path, seed=3, startup=2), range(1, 9)):
         values = knob_values(p.source)
         changed = {n for n in values if values[n] != incumbent[n]}
         assert 1 <= len(changed) <= 2 and p.source != SOURCE
@@ -133,7 +133,7 @@ def test_incumbent_outside_its_space_still_gets_proposals(tmp_path):
 
 def test_a_sampled_duplicate_of_the_incumbent_is_nudged(tmp_path):
     source = "USE_BIAS = True  # search: choice(True, False)\n"
-    researcher = OptunaResearcher(tmp_path, seed=0)
+    researcher = OptunaResearcher(tmp_path, seed=0, startup=0, local_share=0.0)   # TPE only
     for i in range(1, 5):
         p = researcher.propose(context(i, source))
         assert p.source == "USE_BIAS = False  # search: choice(True, False)\n"
@@ -143,34 +143,52 @@ def test_a_sampled_duplicate_of_the_incumbent_is_nudged(tmp_path):
     assert all(t.state == optuna.trial.TrialState.FAIL for t in skipped)
 
 
-def test_prediction_starts_as_a_noise_prior_then_uses_the_history(tmp_path):
+def test_predictions_come_from_the_studys_model_and_vary_with_history(tmp_path):
     researcher = OptunaResearcher(tmp_path, seed=2)
-    first = researcher.propose(context(1, noise_sd=None))
-    pred = first.prediction
-    assert (pred.direction, pred.expected_delta, pred.interval, pred.confidence) == ("same", 0.0, (-0.1, 0.1), 0.8)
-    assert first.extra["prediction_method"] == "prior"
+    first = researcher.propose(context(1, noise_sd=None, incumbent_value=None))
+    assert first.extra["prediction_method"] == "gp prior" and "GP prior" in first.prediction.rationale
+    assert first.prediction.expected_delta == 0.0 and first.prediction.confidence == 0.8
     researcher.observe(first, Outcome("e1", "discard", None, fake_metric(first.source)))
-    run(researcher, [2, 3])
-    later = researcher.propose(context(4, noise_sd=0.01))
-    pred = later.prediction
-    assert later.extra["prediction_method"] == "knn"
-    assert pred.interval[0] <= pred.expected_delta <= pred.interval[1]
-    assert pred.interval[1] - pred.interval[0] >= 4 * 0.01      # never narrower than the noise
-    assert pred.direction in ("improve", "worsen", "same") and "k-NN" in pred.rationale
+    later = run(researcher, range(2, 9))
+    assert all(p.extra["prediction_method"] == "gp" for p in later)
+    deltas = {round(p.prediction.expected_delta, 6) for p in later}
+    widths = {round(p.prediction.interval[1] - p.prediction.interval[0], 6) for p in later}
+    assert len(deltas) >= 4 and len(widths) >= 4                     # not one constant
+    for p in later:
+        lo, hi = p.prediction.interval
+        assert lo <= p.prediction.expected_delta <= hi and hi - lo >= 2 * 1.28 * 0.01
 
 
-def test_knn_prediction_follows_the_measured_landscape():
+def test_the_gp_follows_the_measured_landscape_and_scales_its_prior_with_the_move():
     (lr,) = parse_knobs("LR = 1e-3  # search: log(1e-4, 1e-1)\n")
     history = [TriedConfig({"LR": v}, value) for v, value in
                [(1e-4, 1.30), (2e-4, 1.28), (1e-3, 1.00), (1.2e-3, 1.01), (5e-2, 1.50), (1e-1, 1.60)]]
-    common = dict(incumbent_value=1.0, noise_sd=0.01, direction="minimize", k=2)
+    common = dict(incumbent_value=1.0, noise_sd=0.01, direction="minimize")
     worse = predict_delta([lr], history, {"LR": 8e-2}, {"LR": 1e-3}, **common)
-    assert worse.direction == "worsen" and worse.expected_delta == pytest.approx(0.55)
+    assert worse.direction == "worsen" and 0.4 < worse.expected_delta < 0.7
     near = predict_delta([lr], history, {"LR": 1.1e-3}, {"LR": 1e-3}, **common)
-    assert near.direction == "same" and abs(near.expected_delta) <= 0.01
+    assert abs(near.expected_delta) < 0.05 * worse.expected_delta    # a small step, a small change
     maximize = predict_delta([lr], history, {"LR": 8e-2}, {"LR": 1e-3}, **{**common, "direction": "maximize"})
     assert maximize.direction == "improve"
+    small = predict_delta([lr], [], {"LR": 1.2e-3}, {"LR": 1e-3}, **common)
+    large = predict_delta([lr], [], {"LR": 5e-2}, {"LR": 1e-3}, **common)
+    width = lambda p: p.interval[1] - p.interval[0]  # noqa: E731
+    assert width(small) < width(large)                                # a jump is less certain
     assert knob_distance([lr], {"LR": 1e-4}, {"LR": 1e-1}) == pytest.approx(1.0)
+
+
+def test_a_night_starts_with_local_moves_near_the_incumbent_then_tpe(tmp_path):
+    researcher = OptunaResearcher(tmp_path, seed=5, startup=4)
+    incumbent = knob_values(SOURCE)
+    knobs = {k.name: k for k in parse_knobs(SOURCE)}
+    proposals = run(researcher, range(1, 13))
+    assert [p.extra["move"] for p in proposals[:4]] == ["local"] * 4
+    assert "tpe" in [p.extra["move"] for p in proposals[4:]]
+    for p in proposals[:4]:                                           # one knob, one step
+        (name,) = p.extra["params"]
+        assert knobs[name].contains(p.extra["params"][name])
+        if knobs[name].kind in ("float", "log"):
+            assert knob_distance([knobs[name]], p.extra["config"], incumbent) <= 0.16
 
 
 def test_direction_mismatch_with_the_stored_study_is_refused(tmp_path):
@@ -180,7 +198,7 @@ def test_direction_mismatch_with_the_stored_study_is_refused(tmp_path):
 
 
 def test_a_target_without_knobs_stops_with_a_fix(tmp_path):
-    with pytest.raises(ResearcherError, match="no annotated knobs"):
+    with pytest.raises(ResearcherError, match=r"has no knobs.*knobs: \{learning_rate: log.*# search:"):
         OptunaResearcher(tmp_path).propose(context(1, source="X = 1\n"))
     with pytest.raises(ResearcherError, match="train.py: line 1"):
         OptunaResearcher(tmp_path).propose(context(1, source="X = 1  # search: nope(1)\n"))
@@ -194,3 +212,22 @@ def test_proposes_on_the_real_training_script(tmp_path):
     before, after = knob_values(source), knob_values(p.source)
     changed = [n for n in after if after[n] != before[n]]
     assert 1 <= len(changed) <= 2 and all(knobs[n].contains(after[n]) for n in changed)
+
+
+def test_knobs_declared_in_program_md_are_searched_in_a_yaml_config(tmp_path):
+    """program.md's `knobs:` over a YAML target: the proposal rewrites values, nothing else."""
+    import yaml
+
+    source = "# run settings\noptimizer:\n  lr: 3.0e-4   # peak\n  beta2: 0.99\nmodel:\n  n_layer: 4\nname: run\n"
+    declared = {"optimizer.lr": "log(1e-5, 1e-2)", "model.n_layer": "int(2, 8)", "optimizer.beta2": "float(0.9, 0.999)"}
+    researcher = OptunaResearcher(tmp_path, seed=2, knobs=declared)
+    ctx = ResearchContext(
+        program_text="", target="conf/train.yaml", incumbent_source=source, incumbent_commit="c0",
+        protected={}, ledger_summary="", metric="val_loss", direction="minimize",
+        noise_sd=0.01, incumbent_value=1.0, experiment_index=1)
+    proposal = researcher.propose(ctx)
+    before, after = yaml.safe_load(source), yaml.safe_load(proposal.source)
+    changed = {f"{a}.{b}" for a in ("optimizer", "model") for b in before[a] if before[a][b] != after[a][b]}
+    assert changed == set(proposal.extra["params"]) and 1 <= len(changed) <= 2
+    assert after["name"] == "run" and proposal.source.startswith("# run settings\n")
+    assert len(proposal.source.splitlines()) == len(source.splitlines())

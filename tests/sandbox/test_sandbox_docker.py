@@ -406,3 +406,35 @@ def test_a_workers_share_reaches_the_container_and_stop_ends_the_run(runner, mak
     threading.Timer(2.0, stop.set).start()
     slow = runner.run(make_spec(script, env={"SLEEP": "60"}, budget_s=90), stop=stop)
     assert slow.status is Status.INTERRUPTED and slow.duration_s < 30
+
+
+def test_a_writable_workdir_is_a_private_copy_with_the_data_mounted_read_only(runner, make_spec, tmp_path):
+    """The docker form of sandbox.workdir: writes land in <run dir>/work, the snapshot and
+    the user's data folder are untouched, placeholders take the paths the container sees."""
+    from sandbox.protocol import DataMount
+
+    users = tmp_path / "user-data"
+    users.mkdir()
+    (users / "train.bin").write_text("TOKENS")
+    spec = make_spec("""
+        import os, sys
+        os.makedirs("ckpt", exist_ok=True)
+        open("ckpt/model.pt", "wb").write(b"w" * 1000)
+        print("data:", open("data/corpus/train.bin").read())
+        try:
+            open("data/corpus/new", "w"); print("data_write: yes")
+        except OSError as exc:
+            print("data_write: refused")
+        print("argv:", " ".join(sys.argv[1:]))
+        print("---"); print("val_bpb: 1.0")
+    """, writable_workdir=True, mounts=(DataMount("data/corpus", users),), python=sys.executable)
+    spec = type(spec)(**{**spec.__dict__, "command": "python run.py --seed={seed} --out={out} --data={data}"})
+    snapshot_before = sorted(p.name for p in spec.snapshot_dir.rglob("*"))
+    result = runner.run(spec)
+    assert result.status is Status.OK, (result.reason, result.log_tail)
+    log = result.log_path.read_text()
+    assert "data: TOKENS" in log and "data_write: refused" in log and "argv: --seed=1 --out=/out --data=/data" in log
+    assert result.written == {"ckpt/model.pt": 1000} and result.sandbox["workdir"] == "copy"
+    assert (result.work_dir / "ckpt" / "model.pt").stat().st_uid == os.getuid()
+    assert sorted(p.name for p in spec.snapshot_dir.rglob("*")) == snapshot_before
+    assert sorted(p.name for p in users.iterdir()) == ["train.bin"]

@@ -74,3 +74,55 @@ def test_capped_log_survives_a_callback_that_raises(tmp_path):
     log.write(b"a\nb\n")
     log.close()
     assert isinstance(log.callback_error, RuntimeError) and log.tail() == "a\nb"
+
+
+# -- the metric from the log (program.md's metric_pattern / metrics_pattern) ---------------
+
+NANOGPT_LOG = ("step 0: train loss 4.2100, val loss 4.2200\n"
+               "iter 10: loss 3.1000, time 21.50ms\n"
+               "step 300: train loss 1.8800, val loss 2.0000\n")
+
+
+def test_metric_pattern_takes_the_last_match_and_named_groups_add_figures(tmp_path):
+    status, value, metrics, _ = classify(
+        exit_code=0, timed_out=False, oom_killed=False, interrupted=False, out_dir=tmp_path,
+        log_tail=NANOGPT_LOG, metric="val_loss", metric_pattern=r"val loss ([0-9.]+)",
+        metrics_pattern=r"iter (?P<iter>\d+): loss (?P<train_loss>[0-9.]+), time (?P<ms_per_iter>[0-9.]+)ms")
+    assert (status, value) == (Status.OK, 2.0)
+    assert metrics == {"val_loss": 2.0, "iter": 10, "train_loss": 3.1, "ms_per_iter": 21.5}
+
+
+def test_result_json_and_the_summary_win_over_the_pattern(tmp_path):
+    args = dict(exit_code=0, timed_out=False, oom_killed=False, interrupted=False, out_dir=tmp_path,
+                metric="val_loss", metric_pattern=r"val loss ([0-9.]+)")
+    assert classify(log_tail=NANOGPT_LOG + "---\nval_loss: 1.5\n", **args)[1] == 1.5
+    (tmp_path / "result.json").write_text('{"val_loss": 1.25}')
+    assert classify(log_tail=NANOGPT_LOG + "---\nval_loss: 1.5\n", **args)[1] == 1.25
+
+
+def test_a_captured_non_number_is_a_bad_metric(tmp_path):
+    status, _, _, reason = classify(
+        exit_code=0, timed_out=False, oom_killed=False, interrupted=False, out_dir=tmp_path,
+        log_tail="val loss nan\n", metric="val_loss", metric_pattern=r"val loss (\S+)")
+    assert status == Status.BAD_METRIC and "nan" in reason
+
+
+def test_no_metric_names_every_way_and_the_lines_that_nearly_matched(tmp_path):
+    status, _, _, reason = classify(
+        exit_code=0, timed_out=False, oom_killed=False, interrupted=False, out_dir=tmp_path,
+        log_tail=NANOGPT_LOG + "saving checkpoint\n", metric="val_loss",
+        metric_pattern=r"val_loss=([0-9.]+)")
+    assert status == Status.NO_METRIC
+    for way in ("result.json", "`---`", "metric_pattern 'val_loss=([0-9.]+)' matched no line"):
+        assert way in reason, reason
+    assert "step 300: train loss 1.8800, val loss 2.0000" in reason
+    assert "saving checkpoint" not in reason
+    _, _, _, plain = judge(tmp_path, log="hello\n")
+    assert "no metric_pattern in program.md" in plain and "set metric_pattern" in plain
+
+
+def test_a_long_error_line_is_cut_in_the_middle_so_the_path_survives(tmp_path):
+    path = "/very/long/" + "x" * 300 + "/data/shakespeare_char/train.bin"
+    _, _, _, reason = judge(tmp_path, exit_code=1, log=f"FileNotFoundError: No such file: '{path}'")
+    assert reason.startswith("exit code 1: FileNotFoundError") and reason.endswith("train.bin'")
+    assert len(reason) < 280

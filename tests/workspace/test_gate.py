@@ -65,8 +65,8 @@ def test_compile_errors_beyond_the_parser_are_caught() -> None:
     assert not result.ok and "line 2" in result.reason and "outside function" in result.reason
 
 
-def test_non_python_targets_are_not_parsed() -> None:
-    assert check_source("conf/run.yaml", "a: 1\n", "a: [\n").ok
+def test_targets_of_other_kinds_are_not_parsed() -> None:
+    assert check_source("conf/run.sh", "a=1\n", "a=(\n").ok
 
 
 def test_a_new_target_has_no_old_source() -> None:
@@ -155,3 +155,10 @@ def test_digests_see_a_file_swapped_for_a_symlink_or_fifo(tmp_path: Path) -> Non
 
 def test_tampered_counts_paths_present_on_one_side_only() -> None:
     assert tampered({"a": "1"}, {"a": "1", "b": "2"}) == ["b"]
+
+
+@pytest.mark.parametrize("target, text", [("conf/train.yaml", "lr: [1, 2\n"), ("args.json", '{"lr": 1e-3,}')])
+def test_a_config_target_must_still_parse(target, text):
+    result = check_source(target, "lr: 1\n", text)
+    assert not result.ok and f"{target} does not parse" in result.reason
+    assert check_source(target, "lr: 1\n", '{"lr": 2}').ok

@@ -1,0 +1,68 @@
+"""agent.night.checks: what a run's duration says about its budget, what a commit's runs say
+about seeding, and the verdict the first baseline prints (or stops on)."""
+import pytest
+
+from agent.night.checks import Verdict, baseline_verdict, budget_tolerance_s, judge_budget, observe_seeding
+from agent.program import parse_program
+from agent.record.events import LoopStarted, Role, RunFinished
+from agent.record.state import fold
+from sandbox import Status
+
+
+@pytest.mark.parametrize("duration, kind", [
+    (62.0, "wall_clock"),    # trained for the budget, plus startup and evaluation
+    (12.0, "step"),          # stopped on its own well before the budget
+    (93.0, "over_budget"),   # the nanoGPT case: 93 s under a 60 s budget
+    (74.0, "wall_clock"),    # within the 15 s tolerance
+])
+def test_the_budget_is_judged_from_the_duration(duration, kind):
+    judged = judge_budget(duration, 60.0, 60.0)
+    assert judged.kind == kind
+    assert (judged.over_s is not None) == (kind == "over_budget")
+    if kind == "over_budget":
+        assert judged.over_s == 33.0 and "past its 60 s budget by 33 s" in judged.note
+
+
+def test_an_overrun_is_flagged_before_the_grace_kills_it():
+    for budget, grace in ((1, 4), (60, 60), (600, 60), (30, 10)):
+        assert 0 < budget_tolerance_s(budget, grace) < grace
+
+
+def test_seeding_is_observed_not_assumed():
+    assert observe_seeding({0: 2.468282461166382}, "val_loss").kind == "unobserved"
+    same = observe_seeding({s: 2.468282461166382 for s in range(6)}, "val_loss")
+    assert same.kind == "identical" and "ignores the seed" in same.note and "0, 1, 2, 3, 4, 5" in same.note
+    assert observe_seeding({0: 2.47, 1: 2.45}, "val_loss").kind == "varies"
+
+
+def run(seed: int, metric: float, duration: float = 5.0, status=Status.OK) -> RunFinished:
+    return RunFinished(run_id=f"r{seed}", commit="base", seed=seed, role=Role.REFERENCE,
+                       status=status, metric=metric, duration_s=duration, reason="")
+
+
+def test_identical_baseline_seeds_stop_the_loop_naming_cause_and_fix(tmp_path):
+    program = parse_program("---\ncommand: python train.py\nbudget: 60s\n---\n", tmp_path / "program.md")
+    state = fold([LoopStarted(tag="t", base_commit="base", budget_s=60.0),
+                  *(run(s, 2.468282461166382) for s in range(3))])
+    verdict = baseline_verdict(state, program, tmp_path)
+    assert verdict.stop and "identical" in verdict.stop and "put {seed} in command" in verdict.stop
+    assert [c.name for c in verdict.problems] == ["seeds change the result"]
+    assert any(line.startswith("1 problem:") for line in verdict.lines())
+    varied = fold([LoopStarted(tag="t", base_commit="base", budget_s=60.0), run(0, 2.4), run(1, 2.5)])
+    assert baseline_verdict(varied, program, tmp_path).stop is None
+
+
+def test_a_seed_given_yet_ignored_gets_another_fix(tmp_path):
+    program = parse_program("---\ncommand: python train.py --seed {seed}\n---\n", tmp_path / "program.md")
+    state = fold([LoopStarted(tag="t", base_commit="base", budget_s=60.0), run(0, 1.0), run(1, 1.0)])
+    assert "the command passes {seed}, yet" in baseline_verdict(state, program, tmp_path).stop
+
+
+def test_verdict_lines_mark_each_check():
+    verdict = Verdict()
+    verdict.add("metric found", True, "val_loss 2.0")
+    verdict.add("prepare step", None, "none")
+    verdict.add("budget respected", False, "ran 93 s", "stop at the budget")
+    assert verdict.lines() == ["ok   metric found: val_loss 2.0", "--   prepare step: none",
+                               "FAIL budget respected: ran 93 s", "1 problem:",
+                               "  1. budget respected: fix: stop at the budget"]

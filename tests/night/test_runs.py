@@ -1,0 +1,66 @@
+"""RunExecutor: a run's writes to its working layer are its own, except into protected files
+or the user's data folder, which make it tampered (also where the sandbox cannot stop them)."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from agent.night.data import PreparedData
+from agent.night.runs import RunExecutor, RunPlan
+from agent.record.ledger import Ledger
+from agent.workspace.repo import Workspace
+from sandbox import Limits, Status
+from sandbox.isolation import Isolation
+from sandbox.local import LocalRunner
+from sandbox.protocol import DataMount
+
+SCRIPT = """import os, sys
+what = sys.argv[1]
+if what == "data":
+    open("data/corpus/extra.bin", "w").write("x")
+elif what == "protected":
+    os.remove("evaluate.py"); open("evaluate.py", "w").write("def score(): return 0.0\\n")
+print("---"); print("score: 1.0")
+"""
+
+
+@pytest.fixture
+def executor_for(tmp_path):
+    root = tmp_path / "repo"
+    root.mkdir()
+    for args in (["init", "-q", "-b", "main"], ["config", "user.email", "t@t"], ["config", "user.name", "t"]):
+        subprocess.run(["git", "-C", str(root), *args], check=True)
+    (root / "train.py").write_text(SCRIPT)
+    (root / "evaluate.py").write_text("def score(): return 1.0\n")
+    subprocess.run(["git", "-C", str(root), "add", "."], check=True)
+    subprocess.run(["git", "-C", str(root), "commit", "-qm", "base"], check=True)
+    users = root / "data" / "corpus"     # git-ignored data of the user's checkout
+    users.mkdir(parents=True)
+    (users / "train.bin").write_text("TOKENS")
+    workspace = Workspace.open(root, "t", root / "results" / "t" / "worktree")
+
+    def make(what: str, runner: LocalRunner) -> RunExecutor:
+        plan = RunPlan(command=f"python train.py {what}", metric="score", budget_s=20, grace_s=10,
+                       protected=("evaluate.py",), limits=Limits(memory_mb=None), python=sys.executable,
+                       writable_workdir=True, mounts=(DataMount("data/corpus", users),))
+        return RunExecutor(plan=plan, runner=runner, workspace=workspace, ledger=Ledger(root / "results" / "t"),
+                           data=PreparedData(tmp_path, {}), results_dir=root / "results" / "t")
+    yield make, workspace, users
+    workspace.close()
+
+
+def test_writing_the_users_data_folder_is_tampering_even_without_namespaces(executor_for):
+    make, workspace, users = executor_for
+    bare = LocalRunner(kill_grace_s=1.0, isolation=Isolation(is_root=os.geteuid() == 0))
+    run = make("data", bare).run(workspace.head(), 0, "reference", None)
+    if not (users / "extra.bin").exists():
+        pytest.skip("the data folder's permissions refused the write: nothing to detect")
+    assert run.status == Status.TAMPERED and "data folder data/corpus" in run.reason
+
+
+def test_replacing_a_protected_file_in_the_working_layer_is_tampering(executor_for):
+    make, workspace, _ = executor_for
+    run = make("protected", LocalRunner(kill_grace_s=1.0)).run(workspace.head(), 0, "reference", None)
+    assert run.status == Status.TAMPERED and "evaluate.py" in run.reason
+    assert workspace.read("evaluate.py") == "def score(): return 1.0\n"   # the commit is untouched
