@@ -50,6 +50,7 @@ def replay(
     kept commit's effect at scale next to the effect the night decided on, with the rank
     correlation between the two. Results go to the tag's ledger as `replay` events.
     """
+    from agent.night.lock import TagLocked
     from agent.program import parse_duration
     from agent.review.replay import ReplaySettings, build_replayer, plan_targets
     from agent.workspace.repo import WorkspaceError
@@ -73,6 +74,8 @@ def replay(
         resolved = [workspace.resolve(c) for c in commits or []]
     except SandboxUnavailable as error:
         raise fail(str(error), ExitCode.LOOP) from None
+    except TagLocked as error:
+        raise fail(str(error), ExitCode.BUSY) from None
     except (WorkspaceError, FileNotFoundError, RuntimeError, ValueError) as error:
         raise fail(str(error)) from None
     targets = plan_targets(replayer.state, kept=kept, commits=resolved, parent_of=workspace.parent,

@@ -275,12 +275,15 @@ def build_replayer(program: Program, tag: str, settings: ReplaySettings, *, sand
     `resolve` and `parent` turn user input into commits. Raises FileNotFoundError when the
     tag has no ledger."""
     from agent.night.data import prepare_data
+    from agent.night.lock import refuse_if_locked
     from agent.night.session import data_cache, results_dir
 
     tag_dir = results_dir(program, tag)
     if not (tag_dir / LEDGER_FILE).exists():
         raise FileNotFoundError(f"no ledger at {tag_dir / LEDGER_FILE}; run `nightshift run "
                                 f"--tag {tag}` first, or pass the tag that holds the commits")
+    # The tag's worktree is reset when opened: not while its night runs (agent/night/lock.py).
+    refuse_if_locked(tag_dir, tag)
     ledger = Ledger(tag_dir)
     workspace = Workspace.open(program.root, tag, tag_dir / "worktree")
     data = prepare_data(program.prepare, workspace.path, data_cache())
