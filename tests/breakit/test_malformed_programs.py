@@ -115,6 +115,15 @@ def _protected_link(repo, outside):
     return field("protected", "[guard.py]")
 
 
+def _data_link(repo, outside):
+    os.symlink(outside, repo / "datasets")
+    return field("data", "datasets")
+
+
+def _data_missing(repo, outside):
+    return field("data", "datasets")
+
+
 def _untracked(repo, outside):
     (repo / "other.py").write_text("x = 1\n")
     return field("target", "other.py")
@@ -127,6 +136,8 @@ REPOSITORY = [
     ("target-under-link", _folder_link, "target", "sits under code, a symbolic link", True),
     ("protected-link", _protected_link, "protected", "is a symbolic link", True),
     ("target-uncommitted", _untracked, "target", "exists but is not committed", False),
+    ("data-link-outside", _data_link, "data", "datasets is a symbolic link", True),
+    ("data-missing", _data_missing, "data", "datasets is not a folder", True),
 ]
 
 
