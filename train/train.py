@@ -154,9 +154,10 @@ class Block(nn.Module):
 
     def forward(self, x, cos, sin):
         B, T, C = x.shape
-        qkv = self.qkv(norm(x)).float().view(B, T, 3, n_head, C // n_head)
-        qk = norm(apply_rotary(qkv[:, :, :2], cos, sin))   # q and k together; QK-norm: bounded logits, stable at high LR
-        q, k, v = qk[:, :, 0].transpose(1, 2), qk[:, :, 1].transpose(1, 2), qkv[:, :, 2].transpose(1, 2)
+        # split/unbind, not slicing: their backward concatenates, slicing's zero-fills a full-size gradient
+        qk, v = self.qkv(norm(x)).float().view(B, T, 3, n_head, C // n_head).split([2, 1], dim=2)
+        q, k = norm(apply_rotary(qk, cos, sin)).transpose(1, 3).unbind(2)   # q and k together; QK-norm: bounded logits, stable at high LR
+        v = v.squeeze(2).transpose(1, 2)
         with attention_precision():   # flash kernel: bf16 on CUDA, fp32 on CPU (its bf16 one is slower)
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         x = x + self.attn_out(y.transpose(1, 2).reshape(B, T, C))
