@@ -16,7 +16,8 @@ import json
 import math
 import os
 # Sleep, don't spin, between parallel regions: on a shared CPU a spinning OpenMP thread whose
-# partner was preempted makes every matmul wait for it (measured 7x slower on 2 busy cores).
+# partner was preempted makes every op wait for it (measured 11x slower with both cores busy).
+# On idle cores sleeping costs ~25% (a wake-up per op), which is why this file keeps ops few.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import random
 import resource
@@ -307,13 +308,14 @@ flops_per_s = 6 * n_params * tokens_per_s   # weights only: the figure docs/trai
 mfu = None
 if device == "cuda":   # PaLM's estimate: 6N per token for the weights plus attention's 12*L*T*d
     flops_per_token = 6 * n_params + 12 * n_layer * context_len * n_embd
-    peak = {"H100 PCIe": 756e12, "H100": 989e12, "H200": 989e12, "A100": 312e12, "L4": 121e12}   # dense bf16
+    peak = {"H100 PCIe": 756e12, "H100 NVL": 835e12, "H100": 989e12, "H200": 989e12, "B200": 2250e12,
+            "A100": 312e12, "L4": 121e12}   # dense bf16 spec sheets; the first name contained wins
     name = torch.cuda.get_device_name()
     peak_flops = next((v for k, v in peak.items() if k in name), None)
     mfu = flops_per_token * tokens_per_s / peak_flops if peak_flops else None
     peak_memory_mb = torch.cuda.max_memory_allocated() / 2**20
 else:
-    peak_memory_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024   # Linux: KiB
+    peak_memory_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (2**20 if sys.platform == "darwin" else 1024)   # bytes on macOS, KiB on Linux
 result = {
     "val_bpb": val_bpb, "split": SPLIT, "status": "ok" if math.isfinite(val_bpb) else "bad_metric",
     "steps": step, "tokens": tokens, "tokens_per_s": tokens_per_s, "flops_per_s": flops_per_s,
