@@ -34,12 +34,13 @@ from prepare import evaluate_bpb, load_split
 device = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
 # The knobs below are written for 2 CPU cores, where a 60 s budget wants a ~0.5M-parameter
 # model. An accelerator needs far bigger steps to be busy, so there the size knobs are
-# multiplied by these factors: depth, width, context, batch (CUDA: 2 x 128 x 128 x 32 becomes
-# 8 layers x 512 wide x 1024 bytes x 64 windows, an autoresearch-class model for a 5-minute
-# H100 run; every size is a multiple of 64 there). A knob is still set once, on its own line,
-# and an edit to it changes the model on every device; the factors are not knobs because on
-# any one machine they would only be another name for the size knobs. lr_scale follows the
-# usual width rule for Adam (lr ~ 1/sqrt(width)). The CUDA and MPS sizes are untested guesses.
+# multiplied by these factors: depth, width, context, batch (CUDA: 2 layers x 128 wide x 64
+# bytes x 64 windows become 8 x 512 x 512 x 128, ~25M parameters and 65k tokens a step, an
+# autoresearch-class model for a 5-minute H100 run; every size is a multiple of 64 there).
+# A knob is still set once, on its own line, and an edit to it changes the model on every
+# device; the factors are not knobs because on any one machine they would only be another
+# name for the size knobs. lr_scale follows the usual width rule for Adam (lr ~ 1/sqrt(width)).
+# The CUDA and MPS sizes are untested guesses.
 scale = {"cpu": (1, 1, 1, 1), "mps": (2, 2, 4, 2), "cuda": (4, 4, 8, 2)}[device]
 lr_scale = 1 / math.sqrt(scale[1])
 
@@ -49,14 +50,15 @@ N_EMBD = 128                # residual stream width (x scale[1])        # search
 HEAD_DIM = 64               # per-head width; heads = N_EMBD // HEAD_DIM # search: choice(16, 32, 64)
 MLP_RATIO = 4               # MLP hidden width = MLP_RATIO * N_EMBD     # search: int(2, 6)
 CONTEXT_LEN = 64            # bytes of context per window (x scale[2])  # search: choice(32, 64, 128, 256)
-BATCH_SIZE = 32             # windows per optimizer step (x scale[3])   # search: choice(8, 16, 32, 64, 128)
-OPTIMIZER = "adamw"         # for the block matrices                    # search: choice("adamw", "muon")
-LR = 3e-3                   # peak AdamW learning rate (x lr_scale)     # search: log(1e-4, 3e-2)
-MUON_LR = 0.02              # peak Muon learning rate, if OPTIMIZER is muon  # search: log(0.003, 0.1)
+BATCH_SIZE = 64             # windows per optimizer step (x scale[3])   # search: choice(8, 16, 32, 64, 128)
+OPTIMIZER = "muon"          # for the block matrices                    # search: choice("adamw", "muon")
+LR = 1e-2                   # peak AdamW lr: head (+ blocks if adamw)   # search: log(1e-4, 3e-2)
+EMBED_LR = 0.2              # peak AdamW lr of the embedding            # search: log(1e-3, 1.0)
+MUON_LR = 0.02              # peak Muon lr of the blocks, if muon       # search: log(0.003, 0.1)
 WEIGHT_DECAY = 0.1          # decoupled, on matrices only               # search: float(0.0, 0.3)
 BETA2 = 0.95                # AdamW second-moment decay                 # search: float(0.9, 0.999)
 WARMUP_FRAC = 0.02          # fraction of the budget spent warming up   # search: float(0.0, 0.1)
-WARMDOWN_FRAC = 0.4         # final fraction decaying linearly to 0     # search: float(0.0, 0.8)
+WARMDOWN_FRAC = 0.6         # final fraction decaying linearly to 0     # search: float(0.0, 0.8)
 GRAD_CLIP = 1.0             # max global grad norm                      # search: log(0.1, 10.0)
 knobs = {k: v for k, v in dict(globals()).items() if k.isupper() and isinstance(v, (int, float, str))}   # recorded in result.json
 n_layer, n_embd, context_len, batch_size = (k * s for k, s in zip((N_LAYER, N_EMBD, CONTEXT_LEN, BATCH_SIZE), scale))
@@ -236,13 +238,14 @@ class Muon(torch.optim.Optimizer):
 
 # beta2 0.95 forgets stale second moments faster than 0.999, which short, high-LR runs need.
 adam = dict(betas=(0.9, BETA2), eps=1e-10, fused=True)   # fused: one kernel, on CPU too
+# The embedding's input is one-hot and its output is normed: a row moves only when its byte
+# occurs and only its direction counts, so it takes a far larger step than the head can.
+embedding = {"params": [model.tok_emb.weight], "lr": EMBED_LR * lr_scale, "weight_decay": 0.0}
 if OPTIMIZER == "muon":
     optimizers = [Muon(hidden, lr=MUON_LR, weight_decay=WEIGHT_DECAY),
-                  torch.optim.AdamW([{"params": [model.head.weight], "weight_decay": WEIGHT_DECAY},
-                                     {"params": [model.tok_emb.weight], "weight_decay": 0.0}], lr=lr_peak, **adam)]
+                  torch.optim.AdamW([{"params": [model.head.weight], "weight_decay": WEIGHT_DECAY}, embedding], lr=lr_peak, **adam)]
 else:
-    optimizers = [torch.optim.AdamW([{"params": matrices, "weight_decay": WEIGHT_DECAY},
-                                     {"params": [model.tok_emb.weight], "weight_decay": 0.0}], lr=lr_peak, **adam)]
+    optimizers = [torch.optim.AdamW([{"params": matrices, "weight_decay": WEIGHT_DECAY}, embedding], lr=lr_peak, **adam)]
 for opt in optimizers:
     for group in opt.param_groups:
         group["peak_lr"] = group["lr"]
