@@ -6,7 +6,7 @@ Runs train.py under the run protocol, one seed after another (never side by side
 share the cores and each would measure less), and prints per seed and overall: val_bpb (mean
 +- sd across seeds), tokens/s, achieved FLOP/s (6 x params x tokens/s, the weights' share of
 the work), and that figure as a fraction of a matmul peak measured in this same invocation
-(best of several reps of a 2048^3 matmul on as many threads as train.py uses; fp32, and bf16
+(best of 25 reps of a 2048^3 matmul, before and after the runs, on as many threads as train.py uses; fp32, and bf16
 too since train.py runs its matmuls in bf16 where the CPU has native bf16). On CUDA it also
 prints train.py's MFU (against the device's dense bf16 peak). Also what the numbers depend on:
 corpus hash, python and torch versions, the load average, and how much CPU other processes
@@ -56,8 +56,9 @@ def run_seed(seed: int, budget: float, data_dir: Path, out: Path) -> tuple[dict,
     return json.loads((out / "result.json").read_text()), others
 
 
-def matmul_peak(torch, device: str, dtype, n: int = 2048, reps: int = 10) -> float:
-    """Best-of-reps FLOP/s of an n^3 matmul: what the hardware reaches on a large, friendly shape."""
+def matmul_peak(torch, device: str, dtype, n: int = 2048, reps: int = 25) -> float:
+    """Best-of-reps FLOP/s of an n^3 matmul: what the hardware reaches on a large, friendly shape
+    (many reps, ~3 s on 2 cores: on a shared machine the best of few would be pessimistic)."""
     a, b = (torch.randn(n, n, device=device).to(dtype) for _ in range(2))
     out = torch.empty(n, n, device=device, dtype=dtype)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
