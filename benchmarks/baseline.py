@@ -5,12 +5,13 @@
 Runs train.py under the run protocol, one seed after another (never side by side: they would
 share the cores and each would measure less), and prints per seed and overall: val_bpb (mean
 +- sd across seeds), tokens/s, achieved FLOP/s (6 x params x tokens/s, the weights' share of
-the work), and that figure as a fraction of a matmul peak measured in this same invocation
-(best of 25 reps of a 2048^3 matmul, before and after the runs, on as many threads as train.py uses; fp32, and bf16
-too since train.py runs its matmuls in bf16 where the CPU has native bf16). On CUDA it also
-prints train.py's MFU (against the device's dense bf16 peak). Also what the numbers depend on:
-corpus hash, python and torch versions, the load average, and how much CPU other processes
-took during each run ("others"), which makes the figures pessimistic. It prints; it never asserts.
+the work), and that figure as a fraction of a matmul peak measured in this same invocation:
+the best of 25 reps of a 2048^3 matmul, before and after the runs, on as many threads as
+train.py uses; fp32, and bf16 too, since train.py runs its matmuls in bf16 where the CPU has
+native bf16. On CUDA it also prints train.py's MFU (against the device's dense bf16 peak).
+Also what the numbers depend on: corpus hash, python and torch versions, the load average,
+and how much CPU other processes took during each run ("others"); when that is not ~0 the
+figures are pessimistic. It prints; it never asserts.
 """
 from __future__ import annotations
 
