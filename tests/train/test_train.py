@@ -58,6 +58,11 @@ def test_a_short_run_reports_a_finite_metric_and_a_summary(tmp_path, data_dir):
     assert result["steps"] > 0 and result["tokens"] > 0 and result["params"] > 0
     assert 3 <= result["train_seconds"] < result["total_seconds"] and result["mfu"] is None
     assert result["knobs"]["LR"] > 0 and math.isfinite(result["grad_norm"])
+    assert math.isfinite(result["update_ratio"]) and result["update_ratio"] >= 0   # 0 while warming up
+    assert result["tokens_per_s"] == pytest.approx(result["tokens"] / result["train_seconds"])
+    assert result["flops_per_s"] == pytest.approx(6 * result["params"] * result["tokens_per_s"])
+    assert result["peak_memory_mb"] > 0 and result["eval_seconds"] > 0 and result["seed"] == 1
+    assert set(result["knobs"]) >= {"N_LAYER", "N_EMBD", "OPTIMIZER", "BATCH_SIZE", "CONTEXT_LEN"}
     assert re.search(r"^step 0 \| loss [\d.]+ \| lr \S+ \|.* elapsed [\d.]+s$", proc.stdout, re.M)
     summary = proc.stdout.split("\n---\n")[-1]
     values = dict(line.split(":", 1) for line in summary.strip().splitlines())
@@ -83,3 +88,80 @@ def test_a_diverging_run_fails_fast_with_exit_3_and_no_metric(tmp_path, data_dir
     assert re.search(r"^FAIL: loss exploded at step \d+", proc.stdout, re.M)
     result = json.loads((tmp_path / "out" / "result.json").read_text())
     assert "val_bpb" not in result and result["status"] == "diverged"
+
+
+def test_the_knob_block_parses_and_every_choice_combination_has_whole_heads():
+    """The researcher edits knobs within their spaces: each N_EMBD choice must split into
+    whole heads of each HEAD_DIM choice, or some proposals would not even build."""
+    sys.path.insert(0, str(REPO))
+    from agent.knobs import parse_knobs
+    knobs = {k.name: k for k in parse_knobs((REPO / "train" / "train.py").read_text())}
+    assert {"N_LAYER", "N_EMBD", "HEAD_DIM", "LR", "OPTIMIZER", "BATCH_SIZE", "CONTEXT_LEN"} <= set(knobs)
+    for width in knobs["N_EMBD"].choices:
+        for head_dim in knobs["HEAD_DIM"].choices:
+            assert width % head_dim == 0, (width, head_dim)
+    assert all(k.contains(k.value) for k in knobs.values()), "a default lies outside its own search space"
+
+
+MODEL_PROBE = """
+import json, sys, torch
+source = open("train/train.py").read().split("# ---------------------------------------------------------------- training loop")[0]
+namespace = {"__name__": "__main__", "__file__": "train/train.py"}
+sys.path.insert(0, "train")
+exec(compile(source, "train/train.py", "exec"), namespace)   # the real file, up to its loop
+model, x = namespace["model"], torch.randint(256, (3, namespace["context_len"]))
+with namespace["autocast"]():
+    logits = model(x)
+loss = torch.nn.functional.cross_entropy(logits.float().view(-1, 256), x.view(-1))
+print("PROBE", json.dumps({"shape": list(logits.shape), "context": namespace["context_len"], "loss": loss.item()}))
+"""
+
+
+@pytest.mark.parametrize("knobs", [{}, {"N_EMBD": "64", "HEAD_DIM": "16", "N_LAYER": "1"},
+                                   {"N_EMBD": "192", "HEAD_DIM": "64", "CONTEXT_LEN": "32"},
+                                   {"OPTIMIZER": '"adamw"'}, {"OPTIMIZER": '"muon"'}])
+def test_the_model_maps_bytes_to_256_logits_per_position(tmp_path, data_dir, knobs):
+    snapshot = patched_snapshot(tmp_path, **knobs)
+    env = {**os.environ, "NIGHTSHIFT_DATA": str(data_dir), "NIGHTSHIFT_OUT": str(tmp_path / "out")}
+    proc = subprocess.run([sys.executable, "-c", MODEL_PROBE], cwd=snapshot, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    probe = json.loads(proc.stdout.split("PROBE ", 1)[1])
+    assert probe["shape"] == [3, probe["context"], 256]
+    # a fresh model predicts nearly uniformly: its loss starts at ln(256) = 5.55, not far from it
+    assert abs(probe["loss"] - math.log(256)) < 0.5, probe
+
+
+FAKE_DEVICE = """
+import torch
+torch.cuda.is_available = lambda: {cuda}
+torch.backends.mps.is_available = lambda: {mps}
+"""
+
+
+@pytest.mark.parametrize("cuda, mps, expected", [(True, False, "cuda"), (False, True, "mps"), (True, True, "cuda")])
+def test_an_accelerator_is_chosen_and_gets_its_own_sizes(tmp_path, data_dir, cuda, mps, expected):
+    """This machine has no accelerator: a sitecustomize fakes one. train.py must pick it (cuda
+    before mps), scale its sizes for it and print them before it first touches the device,
+    which then fails here since this torch cannot drive it."""
+    fake = tmp_path / "fake"
+    fake.mkdir()
+    (fake / "sitecustomize.py").write_text(FAKE_DEVICE.format(cuda=cuda, mps=mps))
+    source = (REPO / "train" / "train.py").read_text()
+    value = lambda name: int(re.search(rf"^{name} = (\d+)", source, re.M).group(1))
+    scale = re.search(r"^scale = (\{.*\})\[device\]", source, re.M).group(1)
+    depth, width, context, batch = eval(scale)[expected]
+    env = {**os.environ, "PYTHONPATH": str(fake), "NIGHTSHIFT_SEED": "1", "NIGHTSHIFT_BUDGET_S": "3",
+           "NIGHTSHIFT_OUT": str(tmp_path / "out"), "NIGHTSHIFT_DATA": str(data_dir)}
+    proc = subprocess.run([sys.executable, "train/train.py"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=120)
+    header = re.search(r"^device: (\w+) \| bf16 matmuls: (\w+) \| layers (\d+) \| width (\d+) \| heads (\d+) \| "
+                       r"context (\d+) \| batch (\d+)", proc.stdout, re.M)
+    assert header, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert header.group(1) == expected and header.group(2) == "True"
+    assert int(header.group(3)) == depth * value("N_LAYER") and int(header.group(4)) == width * value("N_EMBD")
+    assert int(header.group(6)) == context * value("CONTEXT_LEN") and int(header.group(7)) == batch * value("BATCH_SIZE")
+    assert int(header.group(4)) % int(header.group(5)) == 0
+    if expected == "cuda":   # the CUDA sizes are Tensor-Core friendly: multiples of 64
+        assert all(int(header.group(i)) % 64 == 0 for i in (4, 6, 7))
+    assert proc.returncode != 0 and not (tmp_path / "out" / "result.json").exists()
