@@ -1,0 +1,307 @@
+"""The research program: `program.md`, YAML front matter for the harness, prose for the researcher.
+
+Contract:
+- every field has a default, so a file without front matter is valid (all prose);
+- values come from the file, then from overrides (CLI flags, `Program.with_overrides`),
+  and both pass through the same parsers in `_FIELDS`;
+- anything wrong raises `ProgramError` naming the file, the field, the line and the fix,
+  e.g. ``program.md:7: field 'budget': expected a duration like 60s, 10m or 1.5h, got 'soon'``.
+Paths (`target`, `protected`, `data`) are relative to `Program.root`, the repository holding
+program.md. What can be checked without running anything is checked here, before any run: the
+command's placeholders, the metric patterns, the `env:` names, and the knobs (program.md's
+`knobs:`, or the target's `# search:` annotations for the optuna researcher) against the
+target file.
+
+Layout: `values.py` parses one value, `frontmatter.py` reads the file (YAML, lines, UTF-8);
+this module holds the records, the field table and the build that joins them.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from agent.decide import fdr, rules
+from agent.decide.decision import RuleSettings, SeedPlan
+from agent.program import values as v
+from agent.program.frontmatter import ProgramError, compose, decode, line_of, split
+from agent.program.values import MAX_SEEDS, Parser, parse_duration, parse_memory  # noqa: F401 (public)
+from agent.researchers import settings as llm
+from agent.researchers.knobs import DeclaredKnobError, KnobError, find_knobs
+from agent.researchers.registry import RESEARCHER_NAMES, resolve_researcher_name
+from cluster.select import CLUSTERS
+from sandbox.select import BACKENDS
+
+
+@dataclass(frozen=True)
+class FullScale:
+    budget_s: float = 600.0  # per-run budget when replaying kept commits
+    seeds: int = 5
+
+
+@dataclass(frozen=True)
+class ResourceLimits:
+    memory_mb: int | None = 8192
+    pids: int = 512
+    cpus: float | None = None
+
+
+@dataclass(frozen=True)
+class Program:
+    path: Path                    # the program.md file (absolute)
+    root: Path                    # git toplevel containing program.md, else its folder
+    prose: str                    # everything after the front matter: the researcher's brief
+    target: str = "train/train.py"
+    protected: tuple[str, ...] = ("train/prepare.py",)
+    command: str = "python train/train.py"   # may use {seed} {budget_s} {out} {data} {split}
+    prepare: str | None = "python train/prepare.py"  # run once on the host; None = no data
+    metric: str = "val_bpb"
+    result_file: str = "result.json"    # the JSON file in $NIGHTSHIFT_OUT holding the metric
+    metric_pattern: str | None = None   # regex with one group: the metric from the log's last match
+    metrics_pattern: str | None = None  # regex with named groups: more figures from the log
+    env: dict[str, str] = field(default_factory=dict)   # extra, non-secret variables of every run
+    knobs: dict[str, str] = field(default_factory=dict)  # name in the target -> search space
+    data: str | None = None             # a folder of the repository, mounted read-only there in runs
+    keep: tuple[str, ...] | None = None  # globs of run outputs to keep; None: result.json + small files
+    direction: str = "minimize"
+    budget_s: float = 60.0        # YAML `budget`
+    grace_s: float = 60.0         # YAML `grace`: startup + final evaluation past the budget
+    seeds: SeedPlan = field(default_factory=SeedPlan)
+    alpha: float = RuleSettings.alpha
+    min_effect: float = RuleSettings.min_effect   # smallest improvement worth keeping, metric units
+    decision: str = rules.RULES[0]
+    fdr: str = RuleSettings.fdr
+    full_scale: FullScale = field(default_factory=FullScale)
+    sandbox: str = "auto"
+    researcher: str = "auto"
+    workers: int | None = None    # runs in flight at once; None (`auto`): one per GPU, else 1
+    overlap: bool = True          # the researcher prepares proposals while runs train
+    control: float = 0.0          # share of experiments proposed by the LLM-free control arm
+    cluster: str = CLUSTERS[0]    # where runs execute: this machine, or a Ray cluster
+    cluster_address: str | None = None   # a Ray cluster's address (default: $RAY_ADDRESS)
+    limits: ResourceLimits = field(default_factory=ResourceLimits)
+    image: str = "nightshift:latest"
+    claude: llm.ClaudeSettings = field(default_factory=llm.ClaudeSettings)
+    openai: llm.OpenAISettings = field(default_factory=llm.OpenAISettings)
+    # YAML key -> where its value came from ("program.md:7", "program.md (override budget)"),
+    # so checks made later (agent/night/preflight.py) name the line as parse errors do
+    locations: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe, attribute names as keys (budget_s, not budget), for the ledger."""
+        data = dataclasses.asdict(self)
+        data.pop("locations")
+        data.update(path=str(self.path), root=str(self.root), protected=list(self.protected),
+                    keep=None if self.keep is None else list(self.keep))
+        return data
+
+    def locate(self, key: str) -> str:
+        """Where field `key` was set, as error messages start: `program.md:7: field 'target'`,
+        or `program.md: field 'target' (default train/train.py)` for a default."""
+        if key in self.locations:
+            return f"{self.locations[key]}: field {key!r}"
+        value = getattr(self, _FIELDS[key][0]) if key in _FIELDS else None
+        return f"{self.locations.get('', self.path.name)}: field {key!r} (default {_unparse(key, value)})"
+
+    @property
+    def rule_settings(self) -> RuleSettings:
+        """What the keep rule is told (agent.decide.rules.make_rule)."""
+        return RuleSettings(alpha=self.alpha, min_effect=self.min_effect, fdr=self.fdr, seeds=self.seeds)
+
+    def with_overrides(self, **fields: Any) -> "Program":
+        """A copy with `fields` (YAML keys, attribute names or dotted `seeds.max`) validated
+        exactly like file values."""
+        raw = {key: _unparse(key, getattr(self, attr)) for key, (attr, _) in _FIELDS.items()}
+        shown = Path(self.locations.get("", self.path))    # errors name the file as given
+        program = _build(shown, self.root, self.prose, raw, {}, fields)
+        given = {key: where for key, where in program.locations.items() if "(override" in where}
+        return dataclasses.replace(program, path=self.path, locations={**self.locations, **given})
+
+
+
+def _field(spec: llm.Field) -> Parser:
+    """The parser of one researcher setting, from its declaration in researchers/settings.py."""
+    if spec.kind == "prices":
+        parser = v.record(llm.Prices, _table(llm.PRICE_FIELDS))
+    elif spec.kind == "choice":
+        parser = v.choice(*spec.choices)
+    else:
+        parser = {"text": v.nonempty, "int": v.whole, "number": v.number}[spec.kind]
+        if spec.minimum is not None:
+            what = f"a{' whole' if spec.kind == 'int' else ''} number >= {spec.minimum:g}"
+            parser = v.check(parser, lambda v, least=spec.minimum: v >= least, what)
+    return v.optional(parser) if spec.optional else parser
+
+
+def _table(fields: dict[str, llm.Field]) -> dict[str, tuple[str, Parser]]:
+    return {key: (key, _field(spec)) for key, spec in fields.items()}
+
+
+def _cross_check(check: Callable[[Any], list[tuple[str, str]]]) -> Callable[[Any], None]:
+    def run(record: Any) -> None:
+        for key, message in check(record):
+            raise v.Invalid(message, key=key)
+    return run
+
+
+def _seed_check(plan: SeedPlan) -> None:
+    if plan.screen > plan.max:
+        raise v.Invalid(f"screen ({plan.screen}) exceeds max ({plan.max}); "
+                       f"raise max or lower screen", key="screen")
+
+
+_RECORDS: dict[str, dict[str, tuple[str, Parser]]] = {
+    "seeds": {"baseline": ("baseline", v.seed_count(2, "two runs are the least that measure spread")),
+              "screen": ("screen", v.seed_count(1, "a candidate runs once before the first look")),
+              "max": ("max", v.seed_count(2, "a keep needs two paired seeds"))},
+    "full_scale": {"budget": ("budget_s", v.budget),
+                   "seeds": ("seeds", v.seed_count(1, "a replay runs each commit once at least"))},
+    "limits": {"memory": ("memory_mb", parse_memory), "pids": ("pids", v.count),
+               "cpus": ("cpus", v.optional(v.check(v.number, lambda c: c > 0, "a positive number")))},
+    "claude": _table(llm.CLAUDE_FIELDS),
+    "openai": _table(llm.OPENAI_FIELDS),
+}
+_seed_plan = v.record(SeedPlan, _RECORDS["seeds"], _seed_check)
+
+# The validation table: YAML key -> (Program attribute, parser).
+_FIELDS: dict[str, tuple[str, Parser]] = {
+    "target": ("target", v.relative_path),
+    "protected": ("protected", v.relative_paths),
+    "command": ("command", v.command),
+    "prepare": ("prepare", v.optional(v.nonempty)),
+    "metric": ("metric", v.metric_name),
+    "result_file": ("result_file", v.relative_path),
+    "metric_pattern": ("metric_pattern", v.optional(v.regex("one"))),
+    "metrics_pattern": ("metrics_pattern", v.optional(v.regex("named"))),
+    "env": ("env", v.env_vars),
+    "knobs": ("knobs", v.knob_spaces),
+    "data": ("data", v.optional(v.relative_path)),
+    "keep": ("keep", v.globs),
+    "direction": ("direction", v.choice("minimize", "maximize")),
+    "budget": ("budget_s", v.budget),
+    "grace": ("grace_s", parse_duration),
+    "seeds": ("seeds", lambda v: _seed_plan(v if isinstance(v, dict) or v is None else {"max": v})),
+    "alpha": ("alpha", v.check(v.number, lambda a: 0 < a <= 0.5, "a number in (0, 0.5]")),
+    "min_effect": ("min_effect", v.check(v.number, lambda x: x >= 0, "a number >= 0")),
+    "decision": ("decision", v.choice(*rules.RULES)),
+    "fdr": ("fdr", v.choice(*fdr.METHODS)),
+    "full_scale": ("full_scale", v.record(FullScale, _RECORDS["full_scale"])),
+    "sandbox": ("sandbox", v.choice(*BACKENDS)),
+    "researcher": ("researcher", v.choice(*RESEARCHER_NAMES)),
+    "limits": ("limits", v.record(ResourceLimits, _RECORDS["limits"])),
+    "image": ("image", v.nonempty),
+    "workers": ("workers", v.workers),
+    "overlap": ("overlap", v.boolean),
+    "control": ("control", v.check(v.number, lambda c: 0 <= c <= 0.9, "a share in [0, 0.9], like 0.25")),
+    "cluster": ("cluster", v.choice(*CLUSTERS)),
+    "cluster_address": ("cluster_address", v.optional(v.nonempty)),
+    "claude": ("claude", v.record(llm.ClaudeSettings, _RECORDS["claude"], _cross_check(llm.check_claude))),
+    "openai": ("openai", v.record(llm.OpenAISettings, _RECORDS["openai"], _cross_check(llm.check_llm))),
+}
+_BY_ATTR = {attr: key for key, (attr, _) in _FIELDS.items()}
+
+
+def _unparse(key: str, value: Any) -> Any:
+    """A parsed value back in a form its parser accepts (for with_overrides)."""
+    if key not in _RECORDS:
+        return list(value) if isinstance(value, tuple) else value
+    return {sub: dataclasses.asdict(item) if dataclasses.is_dataclass(item) else item
+            for sub, (attr, _) in _RECORDS[key].items() for item in [getattr(value, attr)]}
+
+
+
+def _build(path: Path, root: Path, prose: str, raw: dict[str, Any], lines: dict[str, int],
+           overrides: dict[str, Any]) -> Program:
+    name, values, where = str(path), {}, {}
+    known = list(_FIELDS)
+
+    def parse(key: str, value: Any, locate: Callable[[str], str]) -> None:
+        attr, parser = _FIELDS[key]
+        try:
+            values[attr] = parser(value)
+        except v.Invalid as bad:
+            field_name = f"{key}.{bad.key}" if bad.key else key
+            raise ProgramError(f"{locate(field_name)}: field {field_name!r}: {bad}") from None
+        where[key] = locate(key)
+
+    for key, value in raw.items():
+        if key not in _FIELDS:
+            raise ProgramError(f"{name}:{lines.get(key, '?')}: unknown field {key!r}"
+                               f"{v.did_you_mean(key, known)}; known fields: {', '.join(known)}")
+        parse(key, value, lambda dotted: f"{name}:{line_of(lines, dotted)}")
+    for given, value in overrides.items():
+        top, _, sub = given.partition(".")
+        top = _BY_ATTR.get(top, top)
+        if top not in _FIELDS or (sub and top not in _RECORDS):
+            raise ProgramError(f"{name} (override): unknown field {given!r}"
+                               f"{v.did_you_mean(top, known)}; known fields: {', '.join(known)}")
+        if sub:
+            base = raw.get(top)
+            base = {"max": base} if top == "seeds" and not isinstance(base, (dict, type(None))) else base
+            value = {**(base or {}), sub: value}
+        raw[top] = value
+        parse(top, value, lambda dotted: f"{name} (override {dotted})")
+
+    program = Program(path=path, root=root, prose=prose, **values, locations={"": name, **where})
+    if program.target in program.protected:
+        blamed = "protected" if "protected" in where else "target"
+        raise ProgramError(f"{where.get(blamed, name)}: field {blamed!r}: "
+                           f"the target {program.target!r} is also protected; the researcher must be "
+                           f"able to edit it, so remove it from protected or choose another target")
+    _check_knobs(program, lambda dotted: f"{name}:{lines.get(dotted, lines.get(dotted.split('.')[0], '?'))}")
+    return program
+
+
+def _check_knobs(program: Program, locate: Callable[[str], str]) -> None:
+    """The knobs against the target file, before any run: program.md's `knobs:` always, the
+    `# search:` annotations when the optuna researcher will read them."""
+    declared = program.knobs
+    if not declared:
+        try:
+            optuna = resolve_researcher_name(program.researcher)[0] == "optuna"
+        except Exception:
+            optuna = False
+        if not optuna:
+            return
+    path = program.root / program.target
+    if not path.is_file():
+        if declared:
+            raise ProgramError(f"{locate('knobs')}: field 'knobs': the target {program.target} does "
+                               f"not exist in {program.root}; set target to the file that assigns them")
+        return   # nothing to read yet; `nightshift check` says so
+    try:
+        find_knobs(path.read_text(encoding="utf-8", errors="replace"), path=program.target,
+                   declared=declared)
+    except DeclaredKnobError as exc:
+        raise ProgramError(f"{locate('knobs.' + exc.knob)}: field 'knobs.{exc.knob}': {exc}") from None
+    except (KnobError, SyntaxError) as exc:
+        raise ProgramError(f"{locate('target')}: field 'target': {program.target}: {exc}; fix that "
+                           f"`# search:` annotation, or name the knobs in program.md's knobs: "
+                           f"(which replaces the annotations)") from None
+
+
+def _repo_root(path: Path) -> Path:
+    return next((folder for folder in path.parents if (folder / ".git").exists()), path.parent)
+
+
+def parse_program(text: str, path: Path | str, overrides: dict[str, Any] | None = None) -> Program:
+    """Parse program.md's text; `path` names it in errors and locates the repository root."""
+    shown = Path(path)
+    front, prose, first = split(text, str(shown))
+    raw, lines = compose(front, str(shown), first)
+    absolute = shown.resolve()
+    program = _build(shown, _repo_root(absolute), prose, raw, lines, dict(overrides or {}))
+    return dataclasses.replace(program, path=absolute)
+
+
+def load_program(path: Path | str, overrides: dict[str, Any] | None = None) -> Program:
+    """Read and validate program.md. `overrides` maps YAML keys (or attribute names, or dotted
+    `seeds.max`) to values, strings from the command line included; None values are skipped,
+    so a CLI may pass every option it has."""
+    path = Path(path)
+    if not path.is_file():
+        raise ProgramError(f"{path}: no such program file; pass the path of your program.md "
+                           f"(the bundled one is at the root of the nightshift repository)")
+    given = {key: value for key, value in (overrides or {}).items() if value is not None}
+    return parse_program(decode(path.read_bytes(), path), path, given)
