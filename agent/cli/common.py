@@ -49,9 +49,18 @@ def interruptible(command: Callable[..., Any]) -> Callable[..., Any]:
         previous = signal.getsignal(signal.SIGINT)
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGINT, CTRL_C)
+        CTRL_C.pressed = False
         try:
             return command(*args, **kwargs)
         except KeyboardInterrupt:
+            err.print("\ninterrupted")
+            raise typer.Exit(ExitCode.INTERRUPTED) from None
+        except Exception:
+            # A Ctrl-C inside a C extension's import comes out as that import's error
+            # (scipy: "ImportError: initialization failed" caused by KeyboardInterrupt):
+            # once Ctrl-C was pressed, whatever it broke is the interruption.
+            if not CTRL_C.pressed:
+                raise
             err.print("\ninterrupted")
             raise typer.Exit(ExitCode.INTERRUPTED) from None
         finally:
