@@ -27,7 +27,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agent.night.loop import QuietObserver, StopRules  # noqa: E402
+from agent.night.loop import StopRules  # noqa: E402
+from agent.night.observer import QuietObserver  # noqa: E402
 from agent.night.session import build_session  # noqa: E402
 from agent.program import load_program  # noqa: E402
 from agent.record.events import Prediction  # noqa: E402

@@ -25,7 +25,7 @@ _VERDICT_COLOUR = {Verdict.KEEP: "bold green", Verdict.DISCARD: "yellow", Verdic
 
 
 class RichObserver:
-    """Implements agent.night.loop.Observer with rich: messages, and a live bar per run in
+    """Implements agent.night.observer.Observer with rich: messages, and a live bar per run in
     flight (its worker, seed and role, the last loss it printed, the time left)."""
 
     def __init__(self, console: Console | None = None, metric: str = "val_bpb") -> None:

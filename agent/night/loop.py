@@ -18,21 +18,28 @@ again when it conflicts; the ledger records which (`proposal_rebased`).
 Everything the loop knows lives in the ledger (`self.ledger.state`, kept as events are
 appended). A loop killed at any point resumes where it stopped: pending candidates continue
 with the seeds they still need, git is brought in line with the ledger first (reconcile).
+
+Beside it in agent/night/: priority.py (which run a free worker gets), admission.py (what
+becomes of a ready proposal), context.py (what the researcher is shown), proposals.py (the
+researchers' threads and arms), observer.py (what a display is told).
 """
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import queue
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Iterator
 
 from agent.decide.decision import DecisionRule, Evidence, RunMore, pooled_sd
 from agent.decide.scoring import score_prediction
+from agent.night.admission import Fate, admit, commit_message, proposal_diff
 from agent.night.checks import baseline_verdict
+from agent.night.context import evaluation_plan, research_context
 from agent.night.failures import describe_error
+from agent.night.observer import Observer, QuietObserver
+from agent.night.priority import RunRequest, runs_wanted
 from agent.night.proposals import Ready, Researchers
 from agent.night.reconcile import reconcile
 from agent.night.runs import RunExecutor
@@ -41,15 +48,12 @@ from agent.record.events import (Decision, DecisionMade, ExitCode, ExperimentInv
                                  ExperimentProposed, LookTaken, LoopResumed, LoopStarted,
                                  LoopStopped, Prediction, ProposalRebased, Role, RunFinished,
                                  Usage, Verdict)
-from agent.record.brief import EvaluationPlan, build_brief
 from agent.record.ledger import Ledger
-from agent.record.provenance import environment
 from agent.record.state import Experiment, LoopState
 from agent.record.views import write_tsv
 from agent.researchers import Outcome, Proposal, ResearchContext, Researcher, ResearcherError
-from agent.workspace.gate import check_source
 from agent.workspace.merge import three_way_merge
-from agent.workspace.repo import Workspace, WorkspaceError, candidate_message
+from agent.workspace.repo import Workspace, WorkspaceError
 from cluster.protocol import Job, OnDone, Outcome as RunOutcome, Slot, Workers
 from sandbox import Status
 
@@ -61,26 +65,6 @@ ABORT_WAIT_S = 30.0    # how long a stopping loop waits for cancelled runs to re
 
 class LoopError(RuntimeError):
     """The loop cannot go on (the baseline fails, the workspace is broken). Says why."""
-
-
-class Observer(Protocol):
-    """What the loop tells a display. Every method is optional to act on."""
-
-    def message(self, text: str) -> None: ...
-    def run_started(self, run_id: str, slot: Slot, commit: str, seed: int, role: Role,
-                    experiment: str | None, budget_s: float, label: str) -> None: ...
-    def output(self, run_id: str, line: str) -> None: ...
-    def run_finished(self, run: RunFinished) -> None: ...
-    def decided(self, event: DecisionMade) -> None: ...
-
-
-class QuietObserver:
-    def message(self, text: str) -> None: pass
-    def run_started(self, run_id: str, slot: Slot, commit: str, seed: int, role: Role,
-                    experiment: str | None, budget_s: float, label: str) -> None: pass
-    def output(self, run_id: str, line: str) -> None: pass
-    def run_finished(self, run: RunFinished) -> None: pass
-    def decided(self, event: DecisionMade) -> None: pass
 
 
 @dataclass
@@ -104,15 +88,6 @@ class StopRules:
         if self.time_is_up():
             return f"reached --hours {self.hours:g}"
         return None
-
-
-@dataclass(frozen=True)
-class RunRequest:
-    commit: str
-    seed: int
-    role: Role
-    experiment: str | None
-    label: str
 
 
 @dataclass
@@ -459,28 +434,10 @@ class ResearchLoop:
         busy = {slot.index for _, _, slot in self._running.values()}
         return [slot for slot in self.workers.slots if slot.index not in busy]
 
-    def _wanted(self, reference_only: bool):
-        """Runs to start, most useful first (see the module docstring)."""
+    def _wanted(self, reference_only: bool) -> Iterator[RunRequest]:
         in_flight = {(r.commit, r.seed, r.role) for _, r, _ in self._running.values()}
-        state = self.state
-        if not reference_only:
-            for experiment in state.pending_experiments():
-                asked = self._asked.get(experiment.id)
-                if asked is None:
-                    continue
-                candidate = state.ok_values(experiment.commit, Role.CANDIDATE)
-                for seed in asked.candidate_seeds:
-                    if seed not in candidate and (experiment.commit, seed, Role.CANDIDATE) not in in_flight:
-                        yield RunRequest(experiment.commit, seed, Role.CANDIDATE, experiment.id,
-                                         experiment.description)
-                reference = state.reference(experiment.parent)
-                for seed in asked.reference_seeds:
-                    if seed not in reference and (experiment.parent, seed, Role.REFERENCE) not in in_flight:
-                        yield RunRequest(experiment.parent, seed, Role.REFERENCE, None, "paired reference")
-        reference = state.reference(state.incumbent)
-        for seed in self.rule.baseline_seeds():
-            if seed not in reference and (state.incumbent, seed, Role.REFERENCE) not in in_flight:
-                yield RunRequest(state.incumbent, seed, Role.REFERENCE, None, "incumbent reference")
+        return runs_wanted(self.state, self._asked, self.rule.baseline_seeds(), in_flight,
+                           reference_only)
 
     def _launch(self, request: RunRequest, slot: Slot) -> None:
         job = self.executor.prepare(request.commit, request.seed, request.role, request.experiment,
@@ -534,47 +491,13 @@ class ResearchLoop:
                                    arm=arm)
 
     def _context(self, offset: int) -> ResearchContext:
-        state = self.state
-        target = self.program.target
-        reference = state.reference(state.incumbent)
-        sd, dof = pooled_sd(state.noise_groups())
-        brief = build_brief(state, self._evaluation_plan(), noise_sd=sd, noise_dof=dof,
-                            environment=environment())
-        return ResearchContext(
-            program_text=self.program.prose, target=target,
-            incumbent_source=self.workspace.read(target, state.incumbent),
-            incumbent_commit=state.incumbent,
-            protected=self._protected_sources(state.incumbent),
-            ledger_summary=brief.text(),
-            metric=self.program.metric, direction=self.program.direction, noise_sd=sd,
-            incumbent_value=sum(reference.values()) / len(reference) if reference else None,
-            experiment_index=state.researcher_proposals + 1 + offset,
-            hypotheses=tuple(state.open_hypotheses()), workdir=self.workspace.path,
-            brief=brief, deadline=self._stop_rules.deadline(),
-        )
-
-    def _evaluation_plan(self) -> EvaluationPlan:
-        """The test a candidate must pass, as the brief states it."""
-        program = self.program
-        return EvaluationPlan(metric=program.metric, direction=program.direction,
-                              budget_s=self.executor.plan.budget_s,
-                              seeds_baseline=program.seeds.baseline,
-                              seeds_screen=program.seeds.screen, seeds_max=program.seeds.max,
-                              alpha=program.alpha, min_effect=program.min_effect,
-                              rule=self.rule.name, fdr=program.fdr)
-
-    def _protected_sources(self, commit: str) -> dict[str, str]:
-        sources = {}
-        for path in self.program.protected:
-            try:
-                sources[path] = self.workspace.read(path, commit)
-            except (KeyError, FileNotFoundError, ValueError):
-                continue  # a protected path that is not in the repository has nothing to read
-        return sources
+        plan = evaluation_plan(self.program, self.executor.plan.budget_s, self.rule.name)
+        return research_context(self.state, self.program, self.workspace, plan, offset=offset,
+                                deadline=self._stop_rules.deadline())
 
     def _record_next_proposal(self) -> None:
         """Turn the oldest ready proposal into a candidate (rebased if the incumbent moved)
-        or an invalid experiment."""
+        or an invalid experiment (agent.night.admission)."""
         ready = self._ready.pop(0)
         state = self.state
         experiment_id = f"e{state.next_index:04d}"
@@ -582,42 +505,24 @@ class ResearchLoop:
             self._record_invalid(ready, experiment_id, None, str(ready.rejected), ready.rejected.usage,
                                  ready.rejected.extra)
             return
-        proposal, incumbent, target = ready.proposal, state.incumbent, self.program.target
-        current = self.workspace.read(target, incumbent)
-        if ready.proposed_on != incumbent:
-            merged = three_way_merge(self.workspace.read(target, ready.proposed_on), current,
-                                     proposal.source)
-            outcome = "conflict" if merged is None or merged == current else "rebased"
-            self.ledger.append(ProposalRebased(id=experiment_id, proposed_on=ready.proposed_on,
-                                               onto=incumbent, outcome=outcome,
-                                               source=ready.source_experiment))
-            if outcome == "conflict":
-                if ready.source_experiment is not None:
-                    return   # a superseded candidate's diff: the ledger says it was dropped
-                if ready.attempts >= MAX_ASKS:
-                    self._record_invalid(ready, experiment_id, proposal, f"conflicted with a newer "
-                                         f"incumbent {ready.attempts} times", proposal.usage)
-                    return
-                self.observer.message(f"a proposal made against {ready.proposed_on[:8]} conflicts "
-                                      f"with the new incumbent {incumbent[:8]}: asking again")
-                self.proposals.propose(self._context(offset=self.proposals.preparing + len(self._ready)),
-                                       attempts=ready.attempts + 1, name=ready.researcher)
-                return
-            proposal = dataclasses.replace(proposal, source=merged)
-        elif ready.source_experiment is not None:
-            self.ledger.append(ProposalRebased(id=experiment_id, proposed_on=ready.proposed_on,
-                                               onto=incumbent, outcome="rebased",
-                                               source=ready.source_experiment))
-        gate = check_source(target, current, proposal.source)
-        if not gate.ok:
-            self._record_invalid(ready, experiment_id, proposal, gate.reason, proposal.usage)
+        incumbent, target = state.incumbent, self.program.target
+        admission = admit(ready, experiment_id, incumbent, self.workspace, target, MAX_ASKS)
+        if admission.rebased is not None:
+            self.ledger.append(admission.rebased)
+        proposal = admission.proposal
+        if admission.fate is Fate.DROPPED:
+            return   # a superseded candidate's diff: the ledger says it was dropped
+        if admission.fate is Fate.ASK_AGAIN:
+            self.observer.message(f"a proposal made against {ready.proposed_on[:8]} conflicts "
+                                  f"with the new incumbent {incumbent[:8]}: asking again")
+            self.proposals.propose(self._context(offset=self.proposals.preparing + len(self._ready)),
+                                   attempts=ready.attempts + 1, name=ready.researcher)
             return
-        trailers = {"Nightshift-Hypothesis": proposal.hypothesis_id} if proposal.hypothesis_id else {}
-        if ready.source_experiment:
-            trailers["Nightshift-Rebased-From"] = ready.source_experiment
-        message = candidate_message(proposal.description, proposal.hypothesis, proposal.prediction,
-                                    experiment_id, trailers or None)
-        commit = self.workspace.commit_candidate(target, proposal.source, message,
+        if admission.fate is Fate.INVALID:
+            self._record_invalid(ready, experiment_id, proposal, admission.reason, proposal.usage)
+            return
+        commit = self.workspace.commit_candidate(target, proposal.source,
+                                                 commit_message(ready, proposal, experiment_id),
                                                  parent=incumbent, name=experiment_id)
         self.ledger.append(ExperimentProposed(
             id=experiment_id, commit=commit, parent=incumbent,
@@ -637,10 +542,8 @@ class ResearchLoop:
         diff = ""
         incumbent = self.state.incumbent
         if proposal is not None:
-            old = self.workspace.read(self.program.target, incumbent)
-            diff = "".join(difflib.unified_diff(
-                old.splitlines(keepends=True), proposal.source.splitlines(keepends=True),
-                fromfile=f"a/{self.program.target}", tofile=f"b/{self.program.target}"))
+            diff = proposal_diff(self.workspace.read(self.program.target, incumbent), proposal,
+                                 self.program.target)
         self.ledger.append(ExperimentInvalid(
             id=experiment_id, parent=incumbent, reason=reason,
             description=proposal.description if proposal else "(no usable proposal)",

@@ -14,7 +14,8 @@ from agent.decide.rules import make_rule
 from agent.night.data import prepare_data
 from agent.night.leftovers import end_leftovers
 from agent.night.lock import TagLock, refuse_if_locked
-from agent.night.loop import Observer, ResearchLoop
+from agent.night.loop import ResearchLoop
+from agent.night.observer import Observer
 from agent.night.prestart import prestart
 from agent.night.runs import RunExecutor, RunPlan
 from agent.program import Program

@@ -11,7 +11,7 @@ import pytest
 from agent.night.proposals import Researchers
 from agent.night.session import build_session
 from agent.program import ProgramError, load_program
-from agent.night.loop import QuietObserver
+from agent.night.observer import QuietObserver
 from agent.researchers.optuna_researcher import STUDY_NAME
 from agent.review.report import build_context
 from tests.fakes.anthropic_api import FakeAnthropic, message, tool_use

@@ -1,0 +1,44 @@
+"""Which run a free worker gets next, most useful first: the seeds the keep rule asked for on
+pending candidates (with their paired incumbent runs), then the incumbent's fresh reference
+seeds. A new candidate's screen comes only when nothing here is wanted (the loop's `_fill`)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Iterator
+
+from agent.decide.decision import RunMore
+from agent.record.events import Role
+from agent.record.state import LoopState
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    commit: str
+    seed: int
+    role: Role
+    experiment: str | None
+    label: str
+
+
+def runs_wanted(state: LoopState, asked: dict[str, RunMore], baseline_seeds: Iterable[int],
+                in_flight: set[tuple[str, int, Role]], reference_only: bool) -> Iterator[RunRequest]:
+    """The runs not yet measured nor in flight; `reference_only` when no candidate may start
+    (the night is ending: only the incumbent's fresh seeds are still worth running)."""
+    if not reference_only:
+        for experiment in state.pending_experiments():
+            wanted = asked.get(experiment.id)
+            if wanted is None:
+                continue
+            candidate = state.ok_values(experiment.commit, Role.CANDIDATE)
+            for seed in wanted.candidate_seeds:
+                if seed not in candidate and (experiment.commit, seed, Role.CANDIDATE) not in in_flight:
+                    yield RunRequest(experiment.commit, seed, Role.CANDIDATE, experiment.id,
+                                     experiment.description)
+            reference = state.reference(experiment.parent)
+            for seed in wanted.reference_seeds:
+                if seed not in reference and (experiment.parent, seed, Role.REFERENCE) not in in_flight:
+                    yield RunRequest(experiment.parent, seed, Role.REFERENCE, None, "paired reference")
+    reference = state.reference(state.incumbent)
+    for seed in baseline_seeds:
+        if seed not in reference and (state.incumbent, seed, Role.REFERENCE) not in in_flight:
+            yield RunRequest(state.incumbent, seed, Role.REFERENCE, None, "incumbent reference")
