@@ -83,6 +83,7 @@ def run(
         reason = session.loop.run(StopRules(max_experiments=max_experiments, hours=hours))
         console.print(f"stopped: {escape(reason)}")
         print_status(console, session.results, prog.metric, session.loop.state)
+        _write_morning_report(session.results, prog, tag)
     except KeyboardInterrupt:
         err.print(f"\ninterrupted: the ledger is closed; `nightshift run --tag {tag}` resumes.")
         raise typer.Exit(ExitCode.INTERRUPTED) from None
@@ -97,6 +98,21 @@ def run(
         raise typer.Exit(ExitCode.LOOP) from None
     finally:
         session.close()
+
+
+def _write_morning_report(folder: Path, prog, tag: str) -> None:
+    """The report of the night that just stopped, so it ends with a page to open. A report
+    that cannot be written costs nothing: the ledger holds everything it shows."""
+    from agent.review.report import write_report
+
+    try:
+        written = write_report(folder, metric=prog.metric, direction=prog.direction, repo=prog.root)
+    except Exception as error:   # noqa: BLE001 - the night's records are already safe
+        why = describe_error(error) if isinstance(error, OSError) else str(error)
+        err.print(f"the report could not be written ({escape(why)}); "
+                  f"`nightshift report --tag {tag}` tries again")
+        return
+    console.print(f"report: {escape(str(written.html))} (again any time: nightshift report --tag {tag})")
 
 
 def open_session(prog, tag: str, *, researcher: str, observer, **options):

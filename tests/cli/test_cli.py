@@ -47,6 +47,9 @@ def test_seed_queues_a_hypothesis_the_loop_tests_first(tmp_path):
     first = nightshift(repo, "run", "--tag", "h", "--max-experiments", "1",
                        "--hypothesis", "WIDTH=32", env=env)
     assert first.returncode == 0, first.stderr
+    report = repo / "results" / "h" / "report.html"   # a night ends with its report
+    assert f"report: {report}" in " ".join(first.stdout.split())
+    assert "e0001" in report.read_text(encoding="utf-8")
     queued = nightshift(repo, "seed", "--tag", "h", "SCALE=2.0", env=env)
     assert queued.returncode == 0 and "h002" in queued.stdout
     second = nightshift(repo, "run", "--tag", "h", "--max-experiments", "1", env=env)
