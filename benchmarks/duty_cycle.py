@@ -93,10 +93,21 @@ def night(tmp: Path, name: str, *, workers: int, overlap: bool, run_s: float, th
     state = session.loop.state
     use = utilisation(state)
     runs = len(state.runs)
-    started = {e.run_id: e.time for e in session.loop.ledger.events() if e.kind == "run_started"}
+    events = list(session.loop.ledger.events())
+    started = {e.run_id: e.time for e in events if e.kind == "run_started"}
     out = [r.started - _epoch(started[r.run_id]) for r in state.runs if r.started]
     back = [_epoch(r.time) - r.ended for r in state.runs if r.ended]
-    return {"share": use.share, "wall": wall, "runs": runs,
+    # The steady state: from the first candidate's proposal to the last one's. Before it the
+    # first baseline's seeds cannot fill every worker (candidates wait for its verdict), after
+    # it the night drains; each edge is about one run long, whatever the night's length.
+    proposed = [_epoch(e.time) for e in events if e.kind == "experiment_proposed"]
+    steady = None
+    if len(proposed) > 1:
+        first, last = min(proposed), max(proposed)
+        inside = sum(max(0.0, min(r.ended, last) - max(r.started, first))
+                     for r in state.runs if r.started and r.ended)
+        steady = inside / (len(session.loop.workers.slots) * (last - first))
+    return {"share": use.share, "steady": steady, "wall": wall, "runs": runs,
             "overhead": (use.capacity_s - use.busy_s) / runs if runs else None,
             "per_run": statistics.median(r.duration_s or 0 for r in state.runs),
             "dispatch": statistics.median(out) if out else None,
@@ -119,6 +130,8 @@ def main() -> None:
                         help="instead: wall time for the same candidates at 1 vs 4 workers")
     parser.add_argument("--candidates", type=int, default=20)
     parser.add_argument("--cluster", default="local", help="local, or ray (at $RAY_ADDRESS)")
+    parser.add_argument("--overlap-only", action="store_true",
+                        help="skip the serial nights (the slow half at many workers)")
     args = parser.parse_args()
     load = Path("/proc/loadavg").read_text().split()[0]
     with tempfile.TemporaryDirectory() as tmp:
@@ -135,16 +148,20 @@ def main() -> None:
         print(f"runs of {args.run_s:g} s, a researcher thinking {args.think_s:g} s per proposal, "
               f"{args.per_worker} candidates per worker; load average {load} at start")
         print(f"cluster {args.cluster}")
-        print(f"{'workers':>8} {'serial':>8} {'overlap':>8}   idle worker-s per run, dispatch, "
-              f"return (overlap)")
+        print("busy share of worker time over the whole night, and in its steady state (first to "
+              "last proposal)")
+        print(f"{'workers':>8} {'serial':>8} {'overlap':>8} {'steady':>8}   idle worker-s per run, "
+              f"dispatch, return (overlap)")
         for workers in args.workers:
             row = {}
-            for overlap in (False, True):
+            for overlap in ((True,) if args.overlap_only else (False, True)):
                 row[overlap] = night(Path(tmp), f"w{workers}-{overlap}", workers=workers,
                                      overlap=overlap, run_s=args.run_s, think_s=args.think_s,
                                      candidates=args.per_worker * workers, cluster=args.cluster)
             r = row[True]
-            print(f"{workers:>8} {row[False]['share']:>8.1%} {r['share']:>8.1%}   "
+            serial = f"{row[False]['share']:>8.1%}" if False in row else f"{'-':>8}"
+            steady = f"{r['steady']:>8.1%}" if r["steady"] is not None else f"{'-':>8}"
+            print(f"{workers:>8} {serial} {r['share']:>8.1%} {steady}   "
                   f"{r['overhead']:.2f} s, {r['dispatch']:.2f} s, {r['return']:.2f} s", flush=True)
 
 
