@@ -44,17 +44,22 @@ with open(os.path.join(os.environ["NIGHTSHIFT_OUT"], "result.json"), "w") as out
     json.dump({"val_bpb": value}, out)
 '''
 
-# Counts the ledger's file reads in the CLI process and reports them on exit.
+# Counts the ledger's file reads in the CLI process and reports them on exit: the loop's
+# (a snapshot, or the Ledger reading from its cursor) and whole-file readers such as the
+# report written when the night stops. Patched before the CLI imports them.
 COUNTER = '''
 import atexit, json, os, sys
 sys.path.insert(0, {project!r})
 from agent.record import ledger
 reads = {{"n": 0}}
-original = ledger.Ledger._apply_range
-def counted(self, start, stop):
-    reads["n"] += 1
-    return original(self, start, stop)
-ledger.Ledger._apply_range = counted
+def counting(original):
+    def counted(*args, **kwargs):
+        reads["n"] += 1
+        return original(*args, **kwargs)
+    return counted
+ledger.Ledger._apply_range = counting(ledger.Ledger._apply_range)
+ledger.read_snapshot = counting(ledger.read_snapshot)
+ledger.read_events = counting(ledger.read_events)
 atexit.register(lambda: open(os.environ["NIGHTSHIFT_BENCH_READS"], "w").write(json.dumps(reads)))
 from agent.cli.app import app
 app()
@@ -122,7 +127,8 @@ def main() -> None:
         print(f"{name:>12}: harness {r['per_experiment']:.3f} s per experiment "
               f"({r['runs_per_experiment']:.1f} runs each, {r['per_run']:.3f} s per run; sandboxed "
               f"median {r['median_run']:.2f} s per run); start-up {r['startup']:.2f} s per "
-              f"invocation; ledger file reads per invocation: {r['reads']}")
+              f"invocation; ledger file reads per invocation: {r['reads']} (the loop's one, and "
+              f"the report's when the night stops)")
     fresh, later = (r["per_experiment"] for r in results.values())
     print(f"per-experiment overhead after {args.history} / at the start: {later / fresh:.2f}x "
           f"(sandbox {args.sandbox}; load average {load_before} before, "

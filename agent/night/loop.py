@@ -61,6 +61,7 @@ MAX_REFERENCE_RETRIES = 2
 MAX_ASKS = 3           # a proposal that keeps conflicting with a moving incumbent is given up
 WAIT_S = 0.5           # longest sleep between looks at the workers and the researcher
 ABORT_WAIT_S = 30.0    # how long a stopping loop waits for cancelled runs to report
+VIEWS_EVERY_S = 5.0    # results.tsv is rewritten at most this often during a night
 
 
 class LoopError(RuntimeError):
@@ -129,6 +130,7 @@ class ResearchLoop:
         self._unused: set[str] = set()          # snapshots to drop once their runs are done
         self._researcher_error: ResearcherError | None = None
         self._decided_here = 0
+        self._views_written = -VIEWS_EVERY_S    # the first decision writes results.tsv at once
         self._baseline_checked = False          # the first baseline's verdict was given
         arms = [(self.researcher, 1.0 - self.control_share)]
         if self.control is not None and self.control_share > 0:
@@ -205,7 +207,7 @@ class ResearchLoop:
         except OSError as error:
             return f"loop_stopped could not be recorded: {describe_error(error)}"
         try:
-            self._write_views()
+            self._write_views(now=True)
         except OSError as error:
             return f"results.tsv could not be written: {describe_error(error)}"
         return None
@@ -559,8 +561,14 @@ class ResearchLoop:
             self.proposals.observe(researcher, proposal,
                                    Outcome(experiment_id, Verdict.INVALID, None, None, reason))
 
-    def _write_views(self) -> None:
+    def _write_views(self, now: bool = False) -> None:
+        """Rewrite results.tsv, at most every VIEWS_EVERY_S (it holds every experiment, so a
+        rewrite per decision would cost a long night time in proportion to its length); always
+        when the night stops. The ledger, not the TSV, is what a resume reads."""
+        if not now and time.monotonic() - self._views_written < VIEWS_EVERY_S:
+            return
         write_tsv(self.state, self.ledger.dir, self.program.metric)
+        self._views_written = time.monotonic()
 
     # ---- one run, here and now (noise measurements) ------------------------------------------
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from agent.program import Program
 from agent.record.events import ExitCode
-from agent.record.ledger import LEDGER_FILE, read_events
-from agent.record.state import fold
+from agent.record.ledger import LEDGER_FILE, read_snapshot
+from agent.record.state import LoopState
 from agent.workspace.inspect import (RepositoryError, head_commit, is_ancestor, path_at_head,
                                      stale_git_locks, tag_refs, uncommitted)
 
@@ -43,9 +43,16 @@ class Plan:
     notes: list[str] = field(default_factory=list)   # things worth saying at start
 
 
+_UNREAD = object()
+
+
 def prestart(program: Program, tag: str, results: Path, *, fresh: bool = False,
-              allow_dirty: bool = False) -> Plan:
-    """Check `program` against its repository and `tag` against its ledger and refs."""
+              allow_dirty: bool = False, state: LoopState | None | object = _UNREAD) -> Plan:
+    """Check `program` against its repository and `tag` against its ledger and refs. `state`
+    is the tag's ledger already folded (None: there is none); by default it is read here."""
+    if state is _UNREAD:
+        snapshot = read_snapshot(results)
+        state = snapshot.state if snapshot else None
     root = program.root
     try:
         head = head_commit(root)
@@ -53,19 +60,18 @@ def prestart(program: Program, tag: str, results: Path, *, fresh: bool = False,
         raise PrestartError(str(error)) from None
     _check_disk(results, root)    # first: on a full disk even git's questions fail
     try:
-        return _prestart(program, tag, results, head, fresh, allow_dirty)
+        return _prestart(program, tag, results, head, fresh, allow_dirty, state)
     except RepositoryError as error:    # git itself failed (not the program): exit 4
         raise PrestartError(str(error), ExitCode.LOOP) from None
 
 
 def _prestart(program: Program, tag: str, results: Path, head: str, fresh: bool,
-               allow_dirty: bool) -> Plan:
+               allow_dirty: bool, state: LoopState | None) -> Plan:
     root = program.root
     check_paths(program)
     notes: list[str] = [f"{program.locate('protected')}: {path} is not in HEAD {head[:8]}: nothing "
                         f"there to protect (a typo?)" for path in program.protected
                         if "protected" in program.locations and path_at_head(root, path).kind == "missing"]
-    state = fold(read_events(results)) if (results / LEDGER_FILE).exists() else None
     started = state is not None and state.started
     evidence = state is not None and state.has_evidence
     archive = False

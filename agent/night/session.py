@@ -19,7 +19,7 @@ from agent.night.observer import Observer
 from agent.night.prestart import prestart
 from agent.night.runs import RunExecutor, RunPlan
 from agent.program import Program
-from agent.record.ledger import Ledger
+from agent.record.ledger import Ledger, read_snapshot
 from agent.record.provenance import environment
 from agent.record.summary import experiment_detail
 from agent.workspace.inspect import archive_tag
@@ -80,7 +80,9 @@ def build_session(program: Program, tag: str, *, researcher: str, sandbox: str,
         raise ValueError(f"tag {tag!r} is not usable as a git ref part: use letters, digits, . _ -")
     results = program.root / "results" / tag
     refuse_if_locked(results, tag)   # a running loop is the first thing to say, not a detail
-    plan = prestart(program, tag, results, fresh=fresh, allow_dirty=allow_dirty)
+    snapshot = read_snapshot(results)   # the one read of the ledger; nothing written yet
+    plan = prestart(program, tag, results, fresh=fresh, allow_dirty=allow_dirty,
+                    state=snapshot.state if snapshot else None)
     rule = make_rule(program.decision, program.rule_settings)
     runner, sandbox_why = make_runner(sandbox, image=program.image)
     name, researcher_why = resolve_researcher_name(researcher, os.environ)
@@ -92,8 +94,11 @@ def build_session(program: Program, tag: str, *, researcher: str, sandbox: str,
     results_dir(program, tag)
     lock = TagLock.acquire(results, tag)
     try:
-        # Again, under the lock: what the tag holds now is what this night acts on.
-        plan = prestart(program, tag, results, fresh=fresh, allow_dirty=allow_dirty)
+        # Again, under the lock: what the tag holds now is what this night acts on (the
+        # ledger applies only what was appended since the snapshot).
+        ledger = Ledger(results, snapshot)
+        plan = prestart(program, tag, results, fresh=fresh, allow_dirty=allow_dirty,
+                        state=ledger.state if ledger.path.exists() else None)
         notes = [lock.note] if lock.note else []
         if plan.archive:
             prefix = archive_tag(program.root, tag, time.strftime("%Y%m%dT%H%M%S"))
@@ -103,7 +108,6 @@ def build_session(program: Program, tag: str, *, researcher: str, sandbox: str,
         if ended:
             notes.append(f"ended {len(ended)} process{'es' if len(ended) > 1 else ''} an earlier "
                          f"harness of tag {tag} left running: {', '.join(ended)}")
-        ledger = Ledger(results)
         workspace = Workspace.open(program.root, tag, results / "worktree")
         if plan.starts and workspace.head() != plan.head:
             workspace.reset_to(plan.head)     # a night with no evidence starts at today's HEAD

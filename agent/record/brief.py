@@ -158,13 +158,14 @@ def _run_metrics(runs: list[RunFinished], metric: str) -> str:
     return " · ".join(shown)
 
 
-def _incumbent(state: LoopState, plan: EvaluationPlan) -> str:
+def _incumbent(state: LoopState, plan: EvaluationPlan, incumbent_runs: list[RunFinished],
+               kept: list[Experiment]) -> str:
     incumbent = state.incumbent
     if not incumbent:
         return "The incumbent has not been measured yet."
     reference = state.reference(incumbent)
-    runs = [r for r in state.runs if r.commit == incumbent and r.ok and r.role.value == "reference"]
-    kept_by = next((e for e in state.kept() if e.commit == incumbent), None)
+    runs = [r for r in incumbent_runs if r.role.value == "reference"]
+    kept_by = next((e for e in kept if e.commit == incumbent), None)
     origin = f"kept in {kept_by.id}: {kept_by.description[:80]}" if kept_by else "the base commit"
     lines = [f"The incumbent {incumbent[:8]} ({origin})."]
     if reference:
@@ -174,7 +175,6 @@ def _incumbent(state: LoopState, plan: EvaluationPlan) -> str:
     metrics = _run_metrics(runs, plan.metric)
     if metrics:
         lines.append(f"What its runs report (mean over its {len(runs)} reference runs): {metrics}.")
-    kept = state.kept()
     if kept:
         listed = ", ".join(f"{e.id} ({_signed(d[0])})" if (d := _delta(e, plan.direction)) else e.id
                            for e in kept[-20:])
@@ -189,7 +189,8 @@ def _incumbent(state: LoopState, plan: EvaluationPlan) -> str:
 def _chunk_summary(chunk: list[Experiment]) -> str:
     counts: dict[str, int] = {}
     for e in chunk:
-        counts[str(e.verdict or "running")] = counts.get(str(e.verdict or "running"), 0) + 1
+        verdict = str(e.verdict or "running")
+        counts[verdict] = counts.get(verdict, 0) + 1
     tally = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
     return f"{chunk[0].id}–{chunk[-1].id}: {tally} (ask show_experiment for any of them)"
 
@@ -208,13 +209,20 @@ def build_brief(state: LoopState, plan: EvaluationPlan, *, noise_sd: float | Non
     """The brief for the next proposal (see the module docstring)."""
     experiments = list(state.experiments.values())
     reference_runs = [r for r in state.runs if r.commit == state.incumbent and r.ok]
+    kept = state.kept()
     device = next((str(r.metrics["device"]) for r in reversed(reference_runs) if r.metrics.get("device")), None)
     closed = _split(experiments)
     chunks = [experiments[i:i + CHUNK] for i in range(0, closed, CHUNK)]
-    rendered = ["\n".join(experiment_line(e, plan.direction, compact=True) for e in chunk) for chunk in chunks]
-    while sum(map(len, rendered)) > MAX_HISTORY_CHARS and any("\n" in r for r in rendered):
-        oldest = next(i for i, r in enumerate(rendered) if "\n" in r)    # shrink the oldest chunk left
-        rendered[oldest] = _chunk_summary(chunks[oldest])
+    # The oldest chunks shrink to one-line summaries until the history fits. Found from the
+    # newest chunk back, so a long night renders only the chunks shown in full, not all of them.
+    rendered = [_chunk_summary(chunk) for chunk in chunks]
+    size = sum(map(len, rendered))
+    for i in reversed(range(len(chunks))):
+        full = "\n".join(experiment_line(e, plan.direction, compact=True) for e in chunks[i])
+        if size - len(rendered[i]) + len(full) > MAX_HISTORY_CHARS:
+            break
+        size += len(full) - len(rendered[i])
+        rendered[i] = full
     history = ""
     if rendered:
         history = (f"Experiments {experiments[0].id}–{experiments[closed - 1].id}, one line each "
@@ -225,7 +233,7 @@ def build_brief(state: LoopState, plan: EvaluationPlan, *, noise_sd: float | Non
              if noise_sd is not None else f"Seed-to-seed noise of {plan.metric}: not measured yet.")
     recent = [noise]
     if recent_lines:
-        recent.append(f"{len(experiments)} experiments so far ({len(state.kept())} kept). "
+        recent.append(f"{len(experiments)} experiments so far ({len(kept)} kept). "
                       + ("The latest, in full" if closed else "Each, in full")
                       + f" (Δ = candidate − incumbent in {plan.metric} with its interval, n = seeds, "
                         f"p = p-value, pred = your prediction @ its confidence):")
@@ -240,5 +248,5 @@ def build_brief(state: LoopState, plan: EvaluationPlan, *, noise_sd: float | Non
                  and e.verdict != Verdict.INVALID)
     if failed:
         recent.append(f"{failed} experiments failed to run; show_experiment gives any one's diff and log tail.")
-    return Brief(setup=_setup(plan, environment, device), incumbent=_incumbent(state, plan),
+    return Brief(setup=_setup(plan, environment, device), incumbent=_incumbent(state, plan, reference_runs, kept),
                  history=history, recent="\n".join(recent))

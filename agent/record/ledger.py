@@ -29,7 +29,9 @@ def utc_now() -> str:
 class Ledger:
     """Appends events to `<results_dir>/ledger.jsonl` and keeps their fold in `state`."""
 
-    def __init__(self, results_dir: Path) -> None:
+    def __init__(self, results_dir: Path, snapshot: "Snapshot | None" = None) -> None:
+        """Open (creating the folder). `snapshot`, read earlier by `read_snapshot`, saves
+        reading the file again: only what was appended since is applied."""
         self.dir = Path(results_dir)
         self.path = self.dir / LEDGER_FILE
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -37,6 +39,8 @@ class Ledger:
         self.state = LoopState()
         self._cursor = 0          # bytes of the file already applied to `state`
         self.reads = 0            # how often the file was read (resume + other writers)
+        if snapshot is not None:
+            self.state, self._cursor, self.reads = snapshot.state, snapshot.cursor, 1
         self.refresh()
 
     def append(self, event: Event) -> Event:
@@ -87,9 +91,13 @@ class Ledger:
 
     def _drop_truncated_tail(self) -> None:
         """A crash mid-write leaves a last line without its newline: cut it off so the
-        next event starts on a line of its own."""
-        if not self.path.exists():
+        next event starts on a line of its own. (Only the last byte is read, unless it is cut.)"""
+        if not self.path.exists() or self.path.stat().st_size == 0:
             return
+        with open(self.path, "rb") as handle:
+            handle.seek(-1, os.SEEK_END)
+            if handle.read(1) == b"\n":
+                return
         data = self.path.read_bytes()
         if data and not data.endswith(b"\n"):
             keep = data.rfind(b"\n") + 1
@@ -97,6 +105,28 @@ class Ledger:
                 handle.truncate(keep)
                 handle.flush()
                 os.fsync(handle.fileno())
+
+
+@dataclasses.dataclass(frozen=True)
+class Snapshot:
+    """The fold of a ledger's complete lines, read without writing anything."""
+
+    state: LoopState
+    cursor: int               # bytes of the file it covers
+
+
+def read_snapshot(results_dir: Path) -> Snapshot | None:
+    """The ledger of `results_dir` folded, read-only (for checks made before a loop may write),
+    or None when there is no ledger. Hand it to `Ledger` to open without reading again."""
+    path = Path(results_dir) / LEDGER_FILE
+    if not path.exists():
+        return None
+    data = path.read_bytes()
+    complete = data[:data.rfind(b"\n") + 1]
+    state = LoopState()
+    for event in _parse_lines(complete.decode("utf-8", errors="replace").splitlines(True)):
+        state.apply(event)
+    return Snapshot(state, len(complete))
 
 
 def read_events(path: Path) -> Iterator[Event]:
