@@ -178,16 +178,26 @@ class OptunaResearcher(Researcher):
         """The incumbent with one knob moved inside the trust region, the region's radius and
         the step ([base, knob, up]); steps already tried from this incumbent come last, so the
         neighbourhood is walked instead of re-tried. None when no knob can move."""
-        local = [t for t in self.study.get_trials(deepcopy=False) if t.user_attrs.get("move") == "local"]
+        trials = self.study.get_trials(deepcopy=False)
+        local = [t for t in trials if t.user_attrs.get("move") == "local"]
         radius = trust_radius([t.user_attrs["verdict"] for t in local if "verdict" in t.user_attrs])
         tried = {tuple(t.user_attrs["step"]) for t in local if t.user_attrs.get("step")}
+        # Settings measured already (or in flight): every trial's, and the incumbents they were
+        # moved from, so a step back to the incumbent a keep replaced is never proposed again.
+        seen = {_config_key(t.user_attrs[attr]) for t in trials for attr in ("config", "from")
+                if isinstance(t.user_attrs.get(attr), dict)}
         steps = [(knob, up) for knob in rng.sample(knobs, len(knobs)) for up in rng.sample([True, False], 2)]
         steps.sort(key=lambda s: (base, s[0].name, s[1]) in tried)      # stable: untried first
+        fallback = None
         for knob, up in steps:
             value = local_move(knob, incumbent[knob.name], radius, rng, up=up)
-            if value is not None:
-                return {**incumbent, knob.name: value}, radius, [base, knob.name, up]
-        return None
+            if value is None:
+                continue
+            moved = ({**incumbent, knob.name: value}, radius, [base, knob.name, up])
+            if _config_key(moved[0]) not in seen:
+                return moved
+            fallback = fallback or moved
+        return fallback
 
     def _pick_knobs(self, knobs: list[Knob], experiment_index: int) -> list[Knob]:
         rng = random.Random(f"nightshift-optuna:{self.seed}:{experiment_index}")
@@ -237,6 +247,7 @@ class OptunaResearcher(Researcher):
         self._last_move = trial.user_attrs.get("move")
         self._last_radius = trial.user_attrs.get("radius", 0.0)
         trial.set_user_attr("config", config)
+        trial.set_user_attr("from", incumbent)
         trial.set_user_attr("changed", sorted(changed))
         history = self._history()
         prediction = predict_delta(
@@ -330,3 +341,7 @@ def _nudge(knob: Knob, value: Any) -> Any:
     up = round_sig(value + step, SIGNIFICANT_DIGITS)
     return up if up <= knob.high else round_sig(value - step, SIGNIFICANT_DIGITS)
 
+
+def _config_key(config: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    """A setting of the knobs as a hashable key (values as the target would spell them)."""
+    return tuple(sorted((name, format_value(value)) for name, value in config.items()))

@@ -231,3 +231,20 @@ def test_knobs_declared_in_program_md_are_searched_in_a_yaml_config(tmp_path):
     assert changed == set(proposal.extra["params"]) and 1 <= len(changed) <= 2
     assert after["name"] == "run" and proposal.source.startswith("# run settings\n")
     assert len(proposal.source.splitlines()) == len(source.splitlines())
+
+
+def test_a_local_move_never_steps_back_onto_the_incumbent_a_keep_replaced(tmp_path):
+    """After a keep, the move that undoes it is a setting already measured (the old
+    incumbent): the next local moves go elsewhere while anything else is left to try."""
+    import dataclasses
+    source = 'N_LAYER = 4    # search: int(2, 8)\nOPTIMIZER = "adamw"    # search: choice("adamw", "muon")\n'
+    for seed in range(8):
+        researcher = OptunaResearcher(tmp_path / f"s{seed}", seed=seed, startup=20)
+        first = researcher.propose(context(1, source))
+        researcher.observe(first, Outcome("e1", "keep", -0.1, 0.9))
+        before = knob_values(source)
+        for index in (2, 3):
+            ctx = dataclasses.replace(context(index, first.source), incumbent_commit="c1")
+            proposal = researcher.propose(ctx)
+            researcher.observe(proposal, Outcome(f"e{index}", "discard", 0.05, 0.95))
+            assert proposal.extra["config"] != before, (seed, first.description, proposal.description)
