@@ -131,6 +131,7 @@ class ResearchLoop:
         self._researcher_error: ResearcherError | None = None
         self._decided_here = 0
         self._views_written = -VIEWS_EVERY_S    # the first decision writes results.tsv at once
+        self._views_stale = False               # a decision since the last rewrite
         self._baseline_checked = False          # the first baseline's verdict was given
         arms = [(self.researcher, 1.0 - self.control_share)]
         if self.control is not None and self.control_share > 0:
@@ -182,6 +183,8 @@ class ResearchLoop:
                 self._fill(reference_only=stop.time_is_up())
                 if not stop.time_is_up():
                     self._ask_researcher(stop)
+            if self._views_stale:
+                self._write_views()
             self._wait()
 
     def _start(self) -> None:
@@ -562,13 +565,14 @@ class ResearchLoop:
                                    Outcome(experiment_id, Verdict.INVALID, None, None, reason))
 
     def _write_views(self, now: bool = False) -> None:
-        """Rewrite results.tsv, at most every VIEWS_EVERY_S (it holds every experiment, so a
-        rewrite per decision would cost a long night time in proportion to its length); always
-        when the night stops. The ledger, not the TSV, is what a resume reads."""
-        if not now and time.monotonic() - self._views_written < VIEWS_EVERY_S:
-            return
-        write_tsv(self.state, self.ledger.dir, self.program.metric)
-        self._views_written = time.monotonic()
+        """Rewrite results.tsv: at once when the night stops, else at most every VIEWS_EVERY_S
+        (it holds every experiment, so a rewrite per decision would cost a long night time in
+        proportion to its length); a rewrite put off is made by `_night`'s next turn once due.
+        The ledger, not the TSV, is what a resume reads."""
+        self._views_stale = True
+        if now or time.monotonic() - self._views_written >= VIEWS_EVERY_S:
+            write_tsv(self.state, self.ledger.dir, self.program.metric)
+            self._views_written, self._views_stale = time.monotonic(), False
 
     # ---- one run, here and now (noise measurements) ------------------------------------------
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from agent.program import Program
 from agent.record.events import ExitCode
-from agent.record.ledger import LEDGER_FILE, read_snapshot
+from agent.record.ledger import LEDGER_FILE
 from agent.record.state import LoopState
 from agent.workspace.inspect import (RepositoryError, head_commit, is_ancestor, path_at_head,
                                      stale_git_locks, tag_refs, uncommitted)
@@ -43,16 +43,10 @@ class Plan:
     notes: list[str] = field(default_factory=list)   # things worth saying at start
 
 
-_UNREAD = object()
-
-
-def prestart(program: Program, tag: str, results: Path, *, fresh: bool = False,
-              allow_dirty: bool = False, state: LoopState | None | object = _UNREAD) -> Plan:
+def prestart(program: Program, tag: str, results: Path, state: LoopState | None, *,
+             fresh: bool = False, allow_dirty: bool = False) -> Plan:
     """Check `program` against its repository and `tag` against its ledger and refs. `state`
-    is the tag's ledger already folded (None: there is none); by default it is read here."""
-    if state is _UNREAD:
-        snapshot = read_snapshot(results)
-        state = snapshot.state if snapshot else None
+    is the tag's ledger, folded by the caller (None: there is none), so it is read once."""
     root = program.root
     try:
         head = head_commit(root)

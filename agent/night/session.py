@@ -81,8 +81,8 @@ def build_session(program: Program, tag: str, *, researcher: str, sandbox: str,
     results = program.root / "results" / tag
     refuse_if_locked(results, tag)   # a running loop is the first thing to say, not a detail
     snapshot = read_snapshot(results)   # the one read of the ledger; nothing written yet
-    plan = prestart(program, tag, results, fresh=fresh, allow_dirty=allow_dirty,
-                    state=snapshot.state if snapshot else None)
+    plan = prestart(program, tag, results, snapshot.state if snapshot else None, fresh=fresh,
+                    allow_dirty=allow_dirty)
     rule = make_rule(program.decision, program.rule_settings)
     runner, sandbox_why = make_runner(sandbox, image=program.image)
     name, researcher_why = resolve_researcher_name(researcher, os.environ)
@@ -97,8 +97,8 @@ def build_session(program: Program, tag: str, *, researcher: str, sandbox: str,
         # Again, under the lock: what the tag holds now is what this night acts on (the
         # ledger applies only what was appended since the snapshot).
         ledger = Ledger(results, snapshot)
-        plan = prestart(program, tag, results, fresh=fresh, allow_dirty=allow_dirty,
-                        state=ledger.state if ledger.path.exists() else None)
+        plan = prestart(program, tag, results, ledger.state if ledger.path.exists() else None,
+                        fresh=fresh, allow_dirty=allow_dirty)
         notes = [lock.note] if lock.note else []
         if plan.archive:
             prefix = archive_tag(program.root, tag, time.strftime("%Y%m%dT%H%M%S"))

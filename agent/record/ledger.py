@@ -84,10 +84,7 @@ class Ledger:
         with open(self.path, "rb") as handle:
             handle.seek(start)
             data = handle.read(stop - start)
-        complete = data[:data.rfind(b"\n") + 1]   # a line still being written waits
-        for event in _parse_lines(complete.decode("utf-8", errors="replace").splitlines(True)):
-            self.state.apply(event)
-        self._cursor = start + len(complete)
+        self._cursor = start + _apply_complete_lines(self.state, data)
 
     def _drop_truncated_tail(self) -> None:
         """A crash mid-write leaves a last line without its newline: cut it off so the
@@ -121,12 +118,17 @@ def read_snapshot(results_dir: Path) -> Snapshot | None:
     path = Path(results_dir) / LEDGER_FILE
     if not path.exists():
         return None
-    data = path.read_bytes()
-    complete = data[:data.rfind(b"\n") + 1]
     state = LoopState()
+    return Snapshot(state, _apply_complete_lines(state, path.read_bytes()))
+
+
+def _apply_complete_lines(state: LoopState, data: bytes) -> int:
+    """Apply the events of `data`'s complete lines to `state` (a line still being written
+    waits for the next read); the number of bytes applied."""
+    complete = data[:data.rfind(b"\n") + 1]
     for event in _parse_lines(complete.decode("utf-8", errors="replace").splitlines(True)):
         state.apply(event)
-    return Snapshot(state, len(complete))
+    return len(complete)
 
 
 def read_events(path: Path) -> Iterator[Event]:
