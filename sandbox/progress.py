@@ -1,0 +1,125 @@
+"""A run's progress, read from the lines it prints while it trains.
+
+Three shapes of progress line are understood, tried in this order on every line:
+
+- program.md's `metrics_pattern` (a regex with named groups), e.g. nanoGPT's
+  `iter (?P<iter>\\d+): loss (?P<train_loss>[0-9.]+), time (?P<ms_per_iter>[0-9.]+)ms`;
+- the bundled train.py's step lines, `step 300 | loss 2.4512 | lr 1.0e-02 | ... | elapsed 14.2s`
+  (`name value` pairs between `|`, the first being `step N`);
+- a tqdm bar, `  5%|▌    | 100/2000 [00:08<02:30, 12.6it/s]` (the last `\\r` update of a line),
+  which also says how many steps the run will take;
+- a Hugging Face Trainer log dict, `{'loss': 2.1, 'grad_norm': 0.8, 'learning_rate': 5e-05, 'epoch': 0.5}`.
+
+`ProgressReader.feed(line)` returns a `ProgressPoint` for a progress line and None for any
+other. It never raises on what a run prints: a script's output is data, not a contract.
+Which figure is the step, the loss and the script's own training clock is read from the
+names: `step`/`iter`/`iteration`; `loss`/`train_loss`; `elapsed`/`train_time`/`train_seconds`.
+"""
+from __future__ import annotations
+
+import ast
+import math
+import re
+from dataclasses import dataclass, field
+
+STEP_NAMES = ("step", "iter", "iteration", "it")
+LOSS_NAMES = ("loss", "train_loss")
+ELAPSED_NAMES = ("elapsed", "elapsed_s", "train_time", "train_seconds")
+
+_NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf"
+_STEP_LINE = re.compile(rf"^\s*step\s+(\d+)\s*((?:\|\s*[A-Za-z_][\w.]*\s*[:=]?\s*(?:{_NUMBER})\s*[a-z%]*\s*)*)$")
+_PAIR = re.compile(rf"\|\s*([A-Za-z_][\w.]*)\s*[:=]?\s*({_NUMBER})\s*([a-z%]*)")
+_TQDM = re.compile(r"(\d+)/(\d+)\s*\[(?:(\d+):)?(\d+):(\d+)(?:<[^,\]]*)?(?:,\s*([0-9.]+)\s*(it/s|s/it))?")
+
+
+@dataclass(frozen=True)
+class ProgressPoint:
+    """One progress line: what the run said about how far it is and how it is doing."""
+
+    step: int | None = None             # optimizer steps (iterations) so far
+    loss: float | None = None           # the training loss the line reports
+    elapsed_s: float | None = None      # the script's own clock: training seconds so far
+    total_steps: int | None = None      # how many steps the run will take, when it says (tqdm)
+    values: dict[str, float] = field(default_factory=dict)   # every figure of the line by name
+
+
+class ProgressReader:
+    """Turns a run's lines into progress points (see the module docstring)."""
+
+    def __init__(self, metrics_pattern: str | None = None) -> None:
+        self._pattern = re.compile(metrics_pattern) if metrics_pattern else None
+
+    def feed(self, line: str) -> ProgressPoint | None:
+        line = line.rsplit("\r", 1)[-1] if "\r" in line.rstrip("\r") else line.rstrip("\r")
+        return (self._from_pattern(line) or _from_step_line(line) or _from_tqdm(line)
+                or _from_dict_line(line))
+
+    def _from_pattern(self, line: str) -> ProgressPoint | None:
+        if self._pattern is None:
+            return None
+        match = self._pattern.search(line)
+        if match is None:
+            return None
+        values = {name: number for name, text in match.groupdict().items()
+                  if text is not None and (number := _number(text)) is not None}
+        return _point(values) if values else None
+
+
+def _from_step_line(line: str) -> ProgressPoint | None:
+    match = _STEP_LINE.match(line)
+    if match is None:
+        return None
+    values: dict[str, float] = {"step": float(match.group(1))}
+    for name, text, unit in _PAIR.findall(match.group(2)):
+        number = _number(text)
+        if number is not None:
+            values[name] = number * 60 if unit == "min" else number
+    return _point(values)
+
+
+def _from_tqdm(line: str) -> ProgressPoint | None:
+    match = _TQDM.search(line)
+    if match is None:
+        return None
+    done, total = int(match.group(1)), int(match.group(2))
+    hours, minutes, seconds = (int(g) if g else 0 for g in match.group(3, 4, 5))
+    values = {"step": float(done), "total_steps": float(total),
+              "elapsed": float(hours * 3600 + minutes * 60 + seconds)}
+    if match.group(6):
+        rate = float(match.group(6))
+        values["steps_per_s"] = rate if match.group(7) == "it/s" else (1 / rate if rate else 0.0)
+    return _point(values)
+
+
+def _from_dict_line(line: str) -> ProgressPoint | None:
+    text = line.strip()
+    if not (text.startswith("{") and text.endswith("}") and "loss" in text) or len(text) > 4096:
+        return None
+    try:
+        data = ast.literal_eval(text)   # literals only: a printed dict, never code
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    values = {str(k): float(v) for k, v in data.items()
+              if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    return _point(values) if any(name in values for name in LOSS_NAMES) else None
+
+
+def _point(values: dict[str, float]) -> ProgressPoint:
+    step = _first(values, STEP_NAMES)
+    total = values.get("total_steps")
+    return ProgressPoint(step=int(step) if step is not None and math.isfinite(step) else None,
+                         loss=_first(values, LOSS_NAMES), elapsed_s=_first(values, ELAPSED_NAMES),
+                         total_steps=int(total) if total is not None else None, values=values)
+
+
+def _first(values: dict[str, float], names: tuple[str, ...]) -> float | None:
+    return next((values[name] for name in names if name in values), None)
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None

@@ -1,0 +1,41 @@
+"""The progress reader: every shape of progress line it claims to read, and what it ignores."""
+import math
+
+from sandbox.progress import ProgressReader
+
+NANOGPT = r"iter (?P<iter>\d+): loss (?P<train_loss>[0-9.]+), time (?P<ms_per_iter>[0-9.]+)ms"
+
+
+def test_bundled_step_line():
+    point = ProgressReader().feed("step 300 | loss 2.4512 | lr 1.0e-02 | grad_norm 0.512 | "
+                                  "update_ratio 3.1e-03 | elapsed 14.2s")
+    assert (point.step, point.loss, point.elapsed_s) == (300, 2.4512, 14.2)
+    assert point.values["update_ratio"] == 3.1e-3 and point.total_steps is None
+
+
+def test_metrics_pattern_names_the_figures():
+    point = ProgressReader(NANOGPT).feed("iter 40: loss 2.8765, time 71.30ms, mfu -100.00%")
+    assert (point.step, point.loss, point.elapsed_s) == (40, 2.8765, None)
+    assert point.values["ms_per_iter"] == 71.3
+
+
+def test_tqdm_bar_gives_the_total_and_its_last_update_counts():
+    line = " 5%|▌    | 100/2000 [00:08<02:30, 12.6it/s]\r 6%|▌    | 120/2000 [01:10<02:30, 12.6it/s]"
+    point = ProgressReader().feed(line)
+    assert (point.step, point.total_steps, point.elapsed_s) == (120, 2000, 70.0)
+    assert point.values["steps_per_s"] == 12.6
+    slow = ProgressReader().feed("  1%|          | 3/300 [00:24<40:00,  8.20s/it]")
+    assert math.isclose(slow.values["steps_per_s"], 1 / 8.2)
+
+
+def test_trainer_log_dict():
+    point = ProgressReader().feed("{'loss': 2.1034, 'grad_norm': 0.83, 'learning_rate': 5e-05, 'epoch': 0.5}")
+    assert point.loss == 2.1034 and point.values["epoch"] == 0.5 and point.step is None
+
+
+def test_other_lines_are_not_progress():
+    reader = ProgressReader(NANOGPT)
+    for line in ("step 0: train loss 4.2, val loss 4.3", "hello", "", "{'eval_loss': 2.0}",
+                 "{__import__('os').system('true'): 1, 'loss': 1}", "x" * 100_000):
+        assert reader.feed(line) is None, line
+    assert math.isnan(reader.feed("step 5 | loss nan").loss)   # a diverged run is still progress
