@@ -48,15 +48,15 @@ def test_bedrock_signs_with_aws_credentials(clean_env, tmp_path):
     clean_env.setenv("AWS_SECRET_ACCESS_KEY", AWS_SECRET)
     with FakeAnthropic([good_turn()], credentials=[AWS_KEY_ID]) as fake:
         settings = ClaudeSettings(provider="bedrock", region="us-east-1", base_url=fake.url,
-                                  model="us.anthropic.claude-sonnet-4-5-20250929-v1:0")
+                                  model="us.anthropic.claude-sonnet-4-6-v1:0")
         proposal = ClaudeResearcher(tmp_path / "state", settings).propose(make_context())
 
     assert fake.rejections == []
     request = fake.requests[0]
-    assert request.path == "/model/us.anthropic.claude-sonnet-4-5-20250929-v1:0/invoke"
+    assert request.path == "/model/us.anthropic.claude-sonnet-4-6-v1:0/invoke"
     assert request.headers["authorization"].startswith(f"AWS4-HMAC-SHA256 Credential={AWS_KEY_ID}/")
     assert "anthropic_version" in request.json and "model" not in request.json
-    assert proposal.usage.usd > 0                                   # priced as claude-sonnet-4-5
+    assert proposal.usage.usd > 0                                   # priced as claude-sonnet-4-6
     _no_secret_anywhere(fake, tmp_path, AWS_SECRET)
     assert all(AWS_SECRET not in value for value in request.headers.values())
 
