@@ -5,7 +5,7 @@ imports) inside fresh PID + mount (+ network) namespaces made by `unshare`:
 
     python confine.py [--cgroup-procs FILE]... [--rlimit NAME=N]... [--writable DIR]...
                       [--read-only-root] [--overlay DIR UPPER WORK] [--bind-ro SRC DEST]...
-                      [--chdir DIR] [--setpriv PATH] [--cpus 0,1] [--pdeathsig] -- CMD...
+                      [--cover FILE TARGET]... [--hide DIR [--expose PATH]...] [--chdir DIR] [--setpriv PATH] [--cpus 0,1] [--pdeathsig] -- CMD...
 
 It first joins the run's cgroups (so all it starts is counted and limited), pins itself to
 the `--cpus` cores (a worker's share, inherited by everything it starts), then confines
@@ -14,12 +14,18 @@ set in the child only, in its own process group. With `--pdeathsig`, it and the 
 get SIGKILL when their parent dies, so a killed harness leaves nothing running even where
 no PID namespace is available.
 
+With `--hide DIR`, DIR (the harness's results folder: other runs' models and outputs) is
+covered by an empty tmpfs first, and each `--expose PATH` under it (this run's own folder,
+its snapshot) is bound back at its place, so the run sees only its own part of DIR.
+
 With `--read-only-root`, every mount is remounted read-only except the `--writable`
 folders (bind-mounted onto themselves first) and a fresh private tmpfs on /dev/shm, so
 the run can write only its out folder, home and tmp. With `--overlay DIR UPPER WORK`, DIR
 (the snapshot) is first covered by an overlayfs whose writes land in UPPER, and all its
 folders are made writable in that view (tracked files keep their modes); each
-`--bind-ro SRC DEST` then mounts SRC read-only at DEST inside it. `--chdir` enters the
+`--bind-ro SRC DEST` then mounts SRC read-only at DEST inside it. Each `--cover FILE TARGET`
+binds the file FILE over the existing file TARGET, read-only: a tripwire over a data split
+the run must not read (sandbox.tripwire). `--chdir` enters the
 working directory after the mounts, so the command sees the overlay. With `--setpriv`,
 the command runs with no capabilities and no_new_privs, so even as root it cannot remount
 or undo this.
@@ -67,10 +73,30 @@ def _mountpoints() -> list[tuple[str, int]]:
     return found
 
 
+def hide(libc: ctypes.CDLL, folder: str, expose: list[str]) -> None:
+    """Cover `folder` with an empty tmpfs, then bind each of `expose` (paths under it) back
+    at its place. The exposed folders are opened before the cover, and bound from those
+    descriptors, since once covered their paths lead into the empty tmpfs."""
+    held = [(path, os.open(path, os.O_PATH | os.O_CLOEXEC)) for path in expose]
+    _mount(libc, "tmpfs", folder, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")
+    for path, fd in held:
+        if os.path.isdir(f"/proc/self/fd/{fd}"):
+            os.makedirs(path, exist_ok=True)
+        else:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            open(path, "a").close()
+        _mount(libc, f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
+        os.close(fd)
+
+
 def make_read_only(writable: list[str], overlay: tuple[str, str, str] | None = None,
-                   binds: list[tuple[str, str]] | None = None) -> None:
+                   binds: list[tuple[str, str]] | None = None,
+                   covers: list[tuple[str, str]] | None = None,
+                   hidden: tuple[str, list[str]] | None = None) -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     _mount(libc, None, "/", None, MS_REC | MS_PRIVATE)  # nothing we do leaks to the host
+    if hidden:
+        hide(libc, *hidden)
     for folder in writable:
         _mount(libc, folder, folder, None, MS_BIND | MS_REC)
     keep_writable = {os.path.realpath(folder) for folder in writable}
@@ -84,6 +110,8 @@ def make_read_only(writable: list[str], overlay: tuple[str, str, str] | None = N
     for source, dest in binds or []:
         os.makedirs(dest, exist_ok=True)
         _mount(libc, source, dest, None, MS_BIND | MS_REC)   # read-only in the loop below
+    for wire, target in covers or []:
+        _mount(libc, wire, target, None, MS_BIND)             # a file over a file; read-only below
     # /proc is this namespace's own and CUDA fails (error 304) when it is read-only, so
     # only its host-wide knobs become read-only, as Docker does: uid 0 without
     # capabilities may still write /proc/sys files it owns.
@@ -120,6 +148,8 @@ def main(argv: list[str]) -> int:
     setpriv = ""
     overlay: tuple[str, str, str] | None = None
     binds: list[tuple[str, str]] = []
+    covers: list[tuple[str, str]] = []
+    hidden_dir, expose = "", []
     chdir = ""
     cpus: set[int] = set()
     pdeathsig = False
@@ -140,6 +170,12 @@ def main(argv: list[str]) -> int:
             overlay = (argv.pop(0), argv.pop(0), argv.pop(0))
         elif flag == "--bind-ro":
             binds.append((argv.pop(0), argv.pop(0)))
+        elif flag == "--hide":
+            hidden_dir = argv.pop(0)
+        elif flag == "--expose":
+            expose.append(argv.pop(0))
+        elif flag == "--cover":
+            covers.append((argv.pop(0), argv.pop(0)))
         elif flag == "--chdir":
             chdir = argv.pop(0)
         elif flag == "--cpus":
@@ -158,9 +194,9 @@ def main(argv: list[str]) -> int:
         with open(procs, "w") as fh:
             fh.write(str(os.getpid()))
     if read_only_root:
-        make_read_only(writable, overlay, binds)
-    elif overlay or binds:
-        raise SystemExit("confine.py: --overlay and --bind-ro need --read-only-root")
+        make_read_only(writable, overlay, binds, covers, (hidden_dir, expose) if hidden_dir else None)
+    elif overlay or binds or covers or hidden_dir:
+        raise SystemExit("confine.py: --overlay, --bind-ro, --cover and --hide need --read-only-root")
     if chdir:
         os.chdir(chdir)
     if setpriv:

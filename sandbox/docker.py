@@ -37,13 +37,14 @@ from typing import Any
 
 from sandbox import workdir
 from sandbox.image import DEFAULT_TAG, SANDBOX_UID, ImageError, image_mode, python_prefixes, runtime_mounts
+from sandbox.tripwire import open_tripwires
 from sandbox.outcome import CappedLog, classify, utc_now
 from sandbox.protocol import OnOutput, Runner, RunResult, RunSpec, SandboxUnavailable
 
 LABEL_RUN = "nightshift.run"
 LABEL_HOST = "nightshift.harness-host"
 LABEL_PID = "nightshift.harness-pid"
-SNAPSHOT, DATA, OUT = "/snapshot", "/data", "/out"
+SNAPSHOT, DATA, OUT, TRAIN_OUT = "/snapshot", "/data", "/out", "/train_out"
 STATS_POLL_S = 0.5        # how often peak memory is sampled while a run lives
 LOG_DRAIN_S = 10.0        # how long to wait for the output stream to end after the exit
 CONTAINER_MARGIN_S = 30.0 # the container's own deadline is the run's plus this: the harness
@@ -172,6 +173,10 @@ class DockerRunner(Runner):
         elif spec.mounts:
             raise ValueError("RunSpec.mounts need writable_workdir (harness bug)")
         python = spec.python if mode == "host" else None   # a self-contained image has its own
+        # Hidden splits: a watched empty file bound over each (only the mounts are visible in
+        # a container, so other runs' folders need no hiding here).
+        wires, hidden_enforced = open_tripwires(run_dir, spec.data_dir, spec.hidden, None)
+        covers = [(wire, rel) for wire, _, rel in wires.covers] if wires else []
         log = CappedLog(run_dir / "log.txt", spec.log_cap_bytes, on_output)
         started_at, t0 = utc_now(), time.monotonic()
         container, reader, timed_out, peak, state, interrupted = None, None, False, None, {}, None
@@ -179,11 +184,11 @@ class DockerRunner(Runner):
             own_deadline = str(math.ceil(spec.deadline_s + self.container_margin_s))
             container = client.containers.create(
                 image.id, ["/bin/sh", "-c", _DEADLINE,
-                           spec.shell_command(out=OUT, data=DATA, python=python), own_deadline],
+                           spec.shell_command(out=OUT, data=DATA, python=python, train_out=TRAIN_OUT), own_deadline],
                 name=f"nightshift-{run_label}",
                 labels={LABEL_RUN: run_label, LABEL_HOST: socket.gethostname(), LABEL_PID: str(os.getpid())},
                 user=user, environment=self._env(spec, mode), working_dir=SNAPSHOT,
-                mounts=self._mounts(spec, host_mounts, work), **self._host_config(spec))
+                mounts=self._mounts(spec, host_mounts, work, covers), **self._host_config(spec))
             stream = client.api.attach(container.id, stdout=True, stderr=True, stream=True, logs=False)
             reader = threading.Thread(target=_pump, args=(stream, log), daemon=True,
                                       name=f"nightshift-log-{run_label}")
@@ -201,6 +206,7 @@ class DockerRunner(Runner):
             if reader is not None:
                 reader.join(1.0)
             log.close()
+            hidden_read = wires.close() if wires else []
             self._restore_out(spec.out_dir)
             if work is not None and os.getuid() == 0:
                 workdir.take_back(work)
@@ -211,7 +217,7 @@ class DockerRunner(Runner):
             exit_code=exit_code, timed_out=timed_out, oom_killed=bool(state.get("OOMKilled")),
             interrupted=interrupted is not None or bool(stop and stop.is_set()), out_dir=spec.out_dir,
             log_tail=tail, metric=spec.metric, metric_pattern=spec.metric_pattern,
-            metrics_pattern=spec.metrics_pattern, result_file=spec.result_file,
+            metrics_pattern=spec.metrics_pattern, result_file=spec.result_file, metric_required=spec.metric_required,
             log_text=log.tail(None))
         result = RunResult(
             status=status, exit_code=exit_code, metric=metric, metrics=metrics,
@@ -230,7 +236,7 @@ class DockerRunner(Runner):
                 "peak_memory": "cgroup memory max_usage, sampled every 0.5 s" if peak is not None else None,
                 "workdir": "copy" if work else "read-only",
                 "python": python or "the image's python (first on its PATH)",
-            }, written=written, work_dir=work)
+            }, written=written, work_dir=work, hidden_read=hidden_read, hidden_enforced=hidden_enforced)
         if isinstance(interrupted, KeyboardInterrupt):   # as LocalRunner: the loop records it
             interrupted.run_result = result  # type: ignore[attr-defined]
             raise interrupted
@@ -291,7 +297,7 @@ class DockerRunner(Runner):
 
     @staticmethod
     def _env(spec: RunSpec, mode: str) -> dict[str, str]:
-        env = {**spec.protocol_env(out=OUT, data=DATA), "HOME": "/tmp", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
+        env = {**spec.protocol_env(out=OUT, data=DATA, train_out=TRAIN_OUT), "HOME": "/tmp", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
                "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"}
         if mode == "host":   # the host's interpreter first, as on the host
             bins = [f"{prefix}/bin" for prefix in python_prefixes()]
@@ -299,7 +305,8 @@ class DockerRunner(Runner):
         return env
 
     @staticmethod
-    def _mounts(spec: RunSpec, host_mounts: list, work: Path | None = None) -> list:
+    def _mounts(spec: RunSpec, host_mounts: list, work: Path | None = None,
+                covers: list[tuple[Path, str]] = ()) -> list:
         from docker.types import Mount
 
         mounts = [Mount(SNAPSHOT, str(work or spec.snapshot_dir), type="bind", read_only=work is None),
@@ -308,6 +315,10 @@ class DockerRunner(Runner):
         mounts += [Mount(f"{SNAPSHOT}/{m.path}", str(Path(m.source).resolve()), type="bind", read_only=True)
                    for m in spec.mounts]
         mounts += [Mount(m.target, m.source, type="bind", read_only=True) for m in host_mounts]
+        mounts += [Mount(f"{DATA}/{rel}", str(Path(wire).resolve()), type="bind", read_only=True)
+                   for wire, rel in covers]
+        if spec.train_out_dir is not None:
+            mounts.append(Mount(TRAIN_OUT, str(Path(spec.train_out_dir).resolve()), type="bind", read_only=True))
         return mounts
 
     def _host_config(self, spec: RunSpec) -> dict[str, Any]:

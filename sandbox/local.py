@@ -18,6 +18,7 @@ Confinement, as strong as this machine allows (see `sandbox.isolation.detect`):
 - network namespace with only a down loopback, unless `limits.network`;
 - mount namespace: every mount read-only except out/, home/, tmp/ (and the working dir's
   private overlay, with spec.writable_workdir); spec.mounts bound read-only; private /dev/shm;
+  spec.hidden files of the data folder covered by watched empty tripwires (sandbox.tripwire);
 - all capabilities dropped and no_new_privs (setpriv), so root cannot undo the above;
 - cgroup pids + memory limits (an OOM kill is reported as OOM); without a memory cgroup,
   RLIMIT_DATA (torch on CPU works under it; RLIMIT_AS would break CUDA's reservations);
@@ -45,6 +46,7 @@ from sandbox import workdir
 from sandbox.isolation import CONFINE_SCRIPT, Isolation, RunCgroup, detect
 from sandbox.outcome import CappedLog, classify, utc_now
 from sandbox.protocol import OnOutput, Runner, RunResult, RunSpec, SandboxUnavailable
+from sandbox.tripwire import open_tripwires
 
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 MARKER = "NIGHTSHIFT_RUN_ID"
@@ -95,7 +97,11 @@ class LocalRunner(Runner):
         log = CappedLog(run_dir / "log.txt", spec.log_cap_bytes, on_output)
         cgroup, memory_by = self._make_cgroup(iso, run_id, spec)
         writable = (spec.out_dir, home, tmp) + ((cwd,) if mode == "copy" else ())
-        argv = self._argv(iso, spec, cgroup, memory_by, writable, cwd, layers)
+        wires, hidden_enforced = open_tripwires(
+            run_dir, spec.data_dir, spec.hidden,
+            None if iso.read_only_root and iso.unshare_argv(False) else "no mount namespace here")
+        covers = [(wire, target) for wire, target, _ in wires.covers] if wires else []
+        argv = self._argv(iso, spec, cgroup, memory_by, writable, cwd, layers, covers)
         env = scrubbed_env(spec, home, tmp, run_id)
         started_at, t0 = utc_now(), time.monotonic()
         try:
@@ -104,6 +110,8 @@ class LocalRunner(Runner):
                                     start_new_session=True, close_fds=True)
         except OSError as exc:
             log.close()
+            if wires:
+                wires.close()
             if cgroup:
                 cgroup.remove()
             raise SandboxUnavailable(f"cannot start {argv[0]}: {exc}; install util-linux "
@@ -116,6 +124,7 @@ class LocalRunner(Runner):
             interrupted = exc
         finally:
             strays = watch.finish()   # kills and reaps everything, closes the log
+        hidden_read = wires.close() if wires else []
         duration = (watch.ended or time.monotonic()) - t0
         oom = cgroup.oom_killed() if cgroup else False
         peaks = [p for p in (watch.peak_rss_mb, cgroup.peak_memory_mb() if cgroup else None) if p]
@@ -133,7 +142,7 @@ class LocalRunner(Runner):
             exit_code=watch.exit_code, timed_out=watch.timed_out, oom_killed=oom,
             interrupted=interrupted is not None or watch.stopped, out_dir=spec.out_dir, log_tail=tail,
             metric=spec.metric, metric_pattern=spec.metric_pattern,
-            metrics_pattern=spec.metrics_pattern, result_file=spec.result_file, log_text=log.tail(None))
+            metrics_pattern=spec.metrics_pattern, result_file=spec.result_file, metric_required=spec.metric_required, log_text=log.tail(None))
         result = RunResult(
             status=status, exit_code=watch.exit_code, metric=value, metrics=metrics,
             duration_s=round(duration, 3), peak_memory_mb=round(max(peaks), 1) if peaks else None,
@@ -142,7 +151,8 @@ class LocalRunner(Runner):
             sandbox={**_run_facts(iso, spec, memory_by, cgroup), "run_id": run_id,
                      "workdir": mode, "stray_processes_killed": strays,
                      "log_bytes": log.total_bytes, "log_elided_bytes": log.elided_bytes},
-            written=written, work_dir=workdir.work_dir(run_dir) if mode != "read-only" else None)
+            written=written, work_dir=workdir.work_dir(run_dir) if mode != "read-only" else None,
+            hidden_read=hidden_read, hidden_enforced=hidden_enforced)
         if interrupted is not None:
             interrupted.run_result = result  # type: ignore[attr-defined]
             raise interrupted
@@ -172,8 +182,8 @@ class LocalRunner(Runner):
 
     @staticmethod
     def _argv(iso: Isolation, spec: RunSpec, cgroup: RunCgroup | None, memory_by: str | None,
-              writable: tuple[Path, ...], cwd: Path, layers: tuple[Path, Path] | None = None
-              ) -> list[str]:
+              writable: tuple[Path, ...], cwd: Path, layers: tuple[Path, Path] | None = None,
+              covers: list[tuple[Path, Path]] = ()) -> list[str]:
         limits = spec.limits
         rlimits = ["CORE=0"]
         if limits.open_files is not None:
@@ -198,6 +208,10 @@ class LocalRunner(Runner):
                 confine += ["--overlay", str(where), *(str(p.resolve()) for p in layers)]
             for mount in spec.mounts:
                 confine += ["--bind-ro", str(Path(mount.source).resolve()), str(where / mount.path)]
+            for wire, target in covers:
+                confine += ["--cover", str(Path(wire).resolve()), str(Path(target).resolve())]
+            for path in _private_hide(spec, cwd):
+                confine += path
             confine += ["--chdir", str(where)]
         if argv and iso.setpriv:
             confine += ["--setpriv", iso.setpriv]
@@ -208,6 +222,21 @@ class LocalRunner(Runner):
             confine += ["--cpus", ",".join(str(c) for c in limits.cpuset)]
         confine.append("--pdeathsig")   # without namespaces, confine and the command die with us
         return argv + confine + ["--", "/bin/sh", "-c", spec.shell_command(python=spec.python)]
+
+
+def _private_hide(spec: RunSpec, cwd: Path) -> list[list[str]]:
+    """`--hide` of spec.private_root and `--expose` of what of it this run needs: its own
+    folder, its working directory, its data and (an evaluation step) the training outputs."""
+    if spec.private_root is None:
+        return []
+    root = Path(spec.private_root).resolve()
+    needed = [spec.out_dir.parent, cwd, spec.data_dir, spec.train_out_dir,
+              *(m.source for m in spec.mounts)]
+    inside = sorted({str(Path(p).resolve()) for p in needed if p is not None
+                     and Path(p).resolve().is_relative_to(root) and Path(p).resolve() != root})
+    if any(Path(p).resolve() == root for p in needed if p is not None):
+        return []   # the run needs the whole folder: nothing to hide
+    return [["--hide", str(root)], *(["--expose", path] for path in inside)]
 
 
 def scrubbed_env(spec: RunSpec, home: Path, tmp: Path, run_id: str) -> dict[str, str]:
@@ -242,6 +271,7 @@ def _run_facts(iso: Isolation, spec: RunSpec, memory_by: str | None,
         "memory_limit": memory_by,
         "pids_limit": ("cgroup" if cgroup and "pids" in cgroup.dirs else
                        "ignored_as_root" if iso.is_root else "rlimit_nproc") if spec.limits.pids else None,
+        "other_runs_hidden": (sandboxed and iso.read_only_root) if spec.private_root else None,
     }
 
 

@@ -160,7 +160,8 @@ class CappedLog:
 def classify(*, exit_code: int | None, timed_out: bool, oom_killed: bool, interrupted: bool,
              out_dir: Path, log_tail: str, metric: str, metric_pattern: str | None = None,
              metrics_pattern: str | None = None, log_text: str | None = None,
-             result_file: str = RESULT_FILE) -> tuple[Status, float | None, dict[str, Any], str]:
+             result_file: str = RESULT_FILE, metric_required: bool = True,
+             ) -> tuple[Status, float | None, dict[str, Any], str]:
     """Decide how a run ended: (status, metric value or None, metrics, one-line reason).
 
     `exit_code` follows subprocess's convention (negative = killed by that signal); shell
@@ -171,7 +172,8 @@ def classify(*, exit_code: int | None, timed_out: bool, oom_killed: bool, interr
     over the `key: value` lines after the last `---` in the log, merged over what the
     patterns found in `log_text` (default: `log_tail`): result.json wins, then the summary,
     then the last match of `metric_pattern` (its one group is the metric) and of
-    `metrics_pattern` (each named group a figure). Missing -> NO_METRIC (the reason names
+    `metrics_pattern` (each named group a figure). With `metric_required` False (a training
+    step an evaluator scores) an exit 0 is OK whatever it reported. Missing -> NO_METRIC (the reason names
     every way to report it and the lines that nearly matched), not a finite number ->
     BAD_METRIC, else OK. The metrics dict is returned for every status, so a crash still
     shows what the script managed to report.
@@ -192,6 +194,8 @@ def classify(*, exit_code: int | None, timed_out: bool, oom_killed: bool, interr
         if evidence:
             return Status.OOM, None, metrics, f"{describe_exit(exit_code)}, out of memory: {last_error_line(log_tail)}"
         return Status.CRASH, None, metrics, f"{describe_exit(exit_code)}: {last_error_line(log_tail)}"
+    if not metric_required:
+        return Status.OK, None, metrics, ""
     if metric not in metrics:
         has_result = os.path.lexists(Path(out_dir) / result_file)
         note = source_note or (f"{result_file} has no {metric!r}" if has_result else f"no {result_file}")

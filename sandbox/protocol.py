@@ -17,8 +17,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-PLACEHOLDERS = ("seed", "budget_s", "out", "data", "split")
-"""What `{name}` in a command stands for: the run protocol's values, as the run sees them."""
+PLACEHOLDERS = ("seed", "budget_s", "out", "data", "split", "train_out")
+"""What `{name}` in a command stands for: the run protocol's values, as the run sees them
+(`{train_out}`: in an evaluation step, the training step's out folder, read-only)."""
 _PLACEHOLDER = re.compile(r"(?<!\$)\{([A-Za-z_]\w*)\}")   # `${VAR}` is the shell's, not ours
 # `python` / `python3` as a word of its own (not a path, not part of a name like python3.11).
 _PYTHON_WORD = re.compile(r"(?<![\w./-])python3?(?![\w./-])")
@@ -52,7 +53,13 @@ class Status(str, enum.Enum):
     OOM = "oom"                  # killed for memory (cgroup OOM, MemoryError, CUDA OOM)
     NO_METRIC = "no_metric"      # exited 0 but reported no value for the metric
     BAD_METRIC = "bad_metric"    # the metric was NaN or infinite (or not a number)
-    TAMPERED = "tampered"        # a protected file changed during the run
+    # The harness's verdicts on a run's integrity (agent/decide/integrity.py gives them; no
+    # backend does): the number the run produced cannot be trusted, so it is never kept.
+    TAMPERED = "tampered"        # a protected file (or the data folder) changed during the run
+    LEAK = "leak"                # the training step opened a split hidden from it (val, test)
+    LOOKAHEAD = "lookahead"      # the model's predictions depend on the bytes they predict
+    MISREPORTED = "misreported"  # the value the script reported differs from the measured one
+    BAD_ARTIFACT = "bad_artifact"  # no model to evaluate, or one that cannot be evaluated
     INVALID = "invalid"          # the edit broke a rule (forbidden file, syntax error, ...)
     INTERRUPTED = "interrupted"  # the harness was stopped (Ctrl-C) while this ran
 
@@ -83,6 +90,16 @@ class DataMount:
 
 
 @dataclass(frozen=True)
+class HiddenFile:
+    """A file of the data folder this run must not read (another split). The backend lays an
+    empty tripwire file over it and watches it: the run sees an empty file, and opening it is
+    reported in `RunResult.hidden_read` by `label` ("val", "test")."""
+
+    path: str                       # relative to the data folder, e.g. "val.bin"
+    label: str                      # what it is, for the reason: the split's name
+
+
+@dataclass(frozen=True)
 class RunSpec:
     """Everything a backend needs to run one experiment. Paths are absolute.
 
@@ -109,38 +126,52 @@ class RunSpec:
     python: str | None = None       # what the word `python` in command runs; None: PATH's
     writable_workdir: bool = False  # the working dir is a private writable layer over the snapshot
     mounts: tuple[DataMount, ...] = ()  # read-only folders inside the working dir (needs writable_workdir)
+    metric_required: bool = True    # False: a training step that an evaluation step scores (what
+                                    # it reports of the metric is only its claim)
+    hidden: tuple[HiddenFile, ...] = ()  # files of data_dir the run must not read (tripwires)
+    train_out_dir: Path | None = None   # an evaluation step: the training step's out folder,
+                                        # read-only ({train_out}, NIGHTSHIFT_TRAIN_OUT)
+    private_root: Path | None = None    # the harness's results folder: hidden from the run but
+                                        # for this run's own folders (other runs' models stay unseen)
 
     @property
     def deadline_s(self) -> float:
         """Wall-clock seconds after which the run is killed."""
         return self.budget_s + self.grace_s
 
-    def protocol_values(self, out: str | None = None, data: str | None = None) -> dict[str, str]:
-        """The run protocol's values by placeholder name; `out`/`data` are the folders as the
-        run sees them when they differ from the host's (a container's /out)."""
-        return {"seed": str(self.seed), "budget_s": f"{self.budget_s:g}",
-                "out": out or str(self.out_dir), "data": data or str(self.data_dir),
-                "split": self.split}
+    def protocol_values(self, out: str | None = None, data: str | None = None,
+                        train_out: str | None = None) -> dict[str, str]:
+        """The run protocol's values by placeholder name; `out`/`data`/`train_out` are the
+        folders as the run sees them when they differ from the host's (a container's /out)."""
+        values = {"seed": str(self.seed), "budget_s": f"{self.budget_s:g}",
+                  "out": out or str(self.out_dir), "data": data or str(self.data_dir),
+                  "split": self.split}
+        if self.train_out_dir is not None:
+            values["train_out"] = train_out or str(self.train_out_dir)
+        return values
 
-    def protocol_env(self, out: str | None = None, data: str | None = None) -> dict[str, str]:
+    def protocol_env(self, out: str | None = None, data: str | None = None,
+                     train_out: str | None = None) -> dict[str, str]:
         """The run protocol's variables, as the training script sees them: the one place
         that names them."""
-        values = self.protocol_values(out, data)
-        return {
+        values = self.protocol_values(out, data, train_out)
+        env = {
             "NIGHTSHIFT_SEED": values["seed"],
             "NIGHTSHIFT_BUDGET_S": values["budget_s"],
             "NIGHTSHIFT_OUT": values["out"],
             "NIGHTSHIFT_DATA": values["data"],
             "NIGHTSHIFT_SPLIT": values["split"],
-            **self.env,
         }
+        if "train_out" in values:
+            env["NIGHTSHIFT_TRAIN_OUT"] = values["train_out"]
+        return {**env, **self.env}
 
     def shell_command(self, out: str | None = None, data: str | None = None,
-                      python: str | None = None) -> str:
+                      python: str | None = None, train_out: str | None = None) -> str:
         """The command with its placeholders expanded (same values as `protocol_env`) and
         `python` replaced by `python` when given (a backend passes `self.python` where that
         interpreter exists inside the run)."""
-        return expand_command(self.command, self.protocol_values(out, data), python)
+        return expand_command(self.command, self.protocol_values(out, data, train_out), python)
 
 
 @dataclass
@@ -164,6 +195,10 @@ class RunResult:
     # (relative path -> bytes, None for a deletion), copied as plain files into `work_dir`.
     written: dict[str, int | None] = field(default_factory=dict)
     work_dir: Path | None = None
+    # `spec.hidden`: the labels of the hidden files the run opened (a tripwire was touched),
+    # and whether hiding was enforced here ("tripwires" | "not enforced: why" | "none hidden").
+    hidden_read: list[str] = field(default_factory=list)
+    hidden_enforced: str = "none hidden"
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

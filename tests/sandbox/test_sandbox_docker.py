@@ -438,3 +438,39 @@ def test_a_writable_workdir_is_a_private_copy_with_the_data_mounted_read_only(ru
     assert (result.work_dir / "ckpt" / "model.pt").stat().st_uid == os.getuid()
     assert sorted(p.name for p in spec.snapshot_dir.rglob("*")) == snapshot_before
     assert sorted(p.name for p in users.iterdir()) == ["train.bin"]
+
+
+DOCKER_PEEK = """
+import json, os
+data, out = os.environ["NIGHTSHIFT_DATA"], os.environ["NIGHTSHIFT_OUT"]
+seen = {name: open(os.path.join(data, name), "rb").read().decode() for name in ("train.bin", "val.bin")}
+if "NIGHTSHIFT_TRAIN_OUT" in os.environ:
+    seen["train_out"] = open(os.path.join(os.environ["NIGHTSHIFT_TRAIN_OUT"], "model.txt")).read()
+json.dump({"val_bpb": 1.0, **seen}, open(os.path.join(out, "result.json"), "w"))
+"""
+
+
+def test_a_hidden_split_is_a_tripwire_in_a_container_too(runner, make_spec, tmp_path):
+    from sandbox.protocol import HiddenFile
+
+    spec = make_spec(DOCKER_PEEK, hidden=(HiddenFile("val.bin", "val"),))
+    (spec.data_dir / "train.bin").write_text("train bytes")
+    (spec.data_dir / "val.bin").write_text("held-out bytes")
+    result = runner.run(spec)
+    seen = json.loads((spec.out_dir / "result.json").read_text())
+    assert result.status == Status.OK, result.reason
+    assert seen == {"val_bpb": 1.0, "train.bin": "train bytes", "val.bin": ""}
+    assert result.hidden_read == ["val"] and result.hidden_enforced == "tripwires"
+
+
+def test_an_evaluation_step_in_a_container_reads_the_training_outputs(runner, make_spec, tmp_path):
+    trained = tmp_path / "trained"
+    trained.mkdir()
+    (trained / "model.txt").write_text("the model")
+    spec = make_spec(DOCKER_PEEK, train_out_dir=trained)
+    (spec.data_dir / "train.bin").write_text("t")
+    (spec.data_dir / "val.bin").write_text("v")
+    result = runner.run(spec)
+    assert result.status == Status.OK, result.reason
+    seen = json.loads((spec.out_dir / "result.json").read_text())
+    assert seen["train_out"] == "the model" and seen["val.bin"] == "v" and result.hidden_read == []

@@ -4,6 +4,7 @@ memory, files) and the next run is normal. Real subprocesses, real namespaces wh
 machine allows them; isolation-dependent checks skip with the missing fact as reason."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import resource
@@ -20,7 +21,7 @@ import pytest
 
 from sandbox.isolation import Isolation
 from sandbox.local import MARKER, LocalRunner, _marked_pids
-from sandbox.protocol import Limits, RunResult, Status
+from sandbox.protocol import HiddenFile, Limits, RunResult, RunSpec, Status
 
 
 @pytest.fixture(scope="module")
@@ -271,3 +272,74 @@ def _processes_of(snapshot) -> list[int]:
             except OSError:
                 pass
     return found
+
+
+PEEK = """
+import json, os
+data, out = os.environ["NIGHTSHIFT_DATA"], os.environ["NIGHTSHIFT_OUT"]
+seen = {}
+for name in ("train.bin", "val.bin"):
+    with open(os.path.join(data, name), "rb") as fh:
+        seen[name] = fh.read().decode()
+runs = os.path.dirname(os.path.dirname(out))
+seen["runs"] = sorted(os.listdir(runs))
+seen["train_out"] = open(os.path.join(os.environ["NIGHTSHIFT_TRAIN_OUT"], "model.txt")).read() \\
+    if "NIGHTSHIFT_TRAIN_OUT" in os.environ else None
+json.dump({"val_bpb": 1.0, **seen}, open(os.path.join(out, "result.json"), "w"))
+"""
+
+
+GOOD_SCRIPT = """
+import json, os
+json.dump({"val_bpb": 1.0}, open(os.path.join(os.environ["NIGHTSHIFT_OUT"], "result.json"), "w"))
+"""
+
+
+def hidden_data_spec(tmp_path, script: str, **kw) -> RunSpec:
+    """A run of `script` whose data folder holds a train and a (hidden) val split, whose out
+    folder sits in a results tree beside another run that left a model."""
+    snapshot, data = tmp_path / "snapshot", tmp_path / "data"
+    for folder in (snapshot, data, tmp_path / "results/t/runs/other/out"):
+        folder.mkdir(parents=True, exist_ok=True)
+    (snapshot / "train.py").write_text(script)
+    (data / "train.bin").write_text("train bytes")
+    (data / "val.bin").write_text("held-out bytes")
+    (tmp_path / "results/t/runs/other/out/model.txt").write_text("another run's model")
+    out = tmp_path / "results/t/runs/me/out"
+    out.mkdir(parents=True, exist_ok=True)
+    return RunSpec(command=f"{sys.executable} train.py", snapshot_dir=snapshot, data_dir=data, out_dir=out,
+                   seed=0, budget_s=30, metric="val_bpb", hidden=(HiddenFile("val.bin", "val"),),
+                   private_root=tmp_path / "results", writable_workdir=True, **kw)
+
+
+def test_a_hidden_split_is_empty_to_the_run_and_reading_it_is_seen(runner, tmp_path):
+    if not (runner.isolation.read_only_root and runner.isolation.unshare_argv(False)):
+        pytest.skip("no mount namespace here: hidden splits are not enforced (recorded as such)")
+    result = runner.run(hidden_data_spec(tmp_path, PEEK))
+    seen = out_json(result, "result")
+    assert result.status == Status.OK and seen["train.bin"] == "train bytes"
+    assert seen["val.bin"] == "" and result.hidden_read == ["val"] and result.hidden_enforced == "tripwires"
+    assert seen["runs"] == ["me"]                           # other runs' models are out of sight
+    assert (tmp_path / "data" / "val.bin").read_text() == "held-out bytes"   # the real one, untouched
+
+
+def test_a_run_that_leaves_the_hidden_split_alone_trips_nothing(runner, tmp_path):
+    result = runner.run(hidden_data_spec(tmp_path, GOOD_SCRIPT))
+    assert result.status == Status.OK and result.hidden_read == []
+
+
+def test_an_evaluation_step_reads_the_training_outputs(runner, tmp_path):
+    train_out = tmp_path / "results/t/runs/me/out"
+    train_out.mkdir(parents=True)
+    (train_out / "model.txt").write_text("trained")
+    spec = hidden_data_spec(tmp_path, PEEK, train_out_dir=train_out)
+    spec = dataclasses.replace(spec, out_dir=tmp_path / "results/t/runs/me/eval/out")
+    spec.out_dir.mkdir(parents=True)
+    result = runner.run(spec)
+    assert result.status == Status.OK, result.reason
+    assert out_json(result, "result")["train_out"] == "trained"
+
+
+def test_without_namespaces_hiding_is_recorded_as_not_enforced(bare_runner, tmp_path):
+    result = bare_runner.run(hidden_data_spec(tmp_path, GOOD_SCRIPT))
+    assert result.hidden_enforced.startswith("not enforced")
