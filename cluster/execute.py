@@ -1,4 +1,10 @@
-"""Running one job on one slot, the same way in a local thread and in a Ray task."""
+"""Running one job on one slot, the same way in a local thread, a Ray task or a Slurm job.
+
+A job is one sandboxed step, or two: the training step (the candidate's code), then, when the
+job has an `evaluation`, the evaluation step, which scores what training left in its out
+folder in a sandbox of its own (its own process, deadline, view of the data). Both run on the
+slot's device, one after the other; the protected files' digests are taken around the pair.
+"""
 from __future__ import annotations
 
 import dataclasses
@@ -7,14 +13,18 @@ import time
 from typing import Callable
 
 from cluster.protocol import Job, Outcome, Slot
-from sandbox import Runner, SandboxUnavailable
+from sandbox import Runner, RunResult, RunSpec, SandboxUnavailable, Status
 from sandbox.digest import digest_files, tampered
 
 
 def on_slot(job: Job, slot: Slot) -> Job:
-    """The job with the slot's device in its limits (its GPU, its cores)."""
-    limits = dataclasses.replace(job.spec.limits, gpu=slot.gpu, cpuset=slot.cpuset)
-    return dataclasses.replace(job, spec=dataclasses.replace(job.spec, limits=limits))
+    """The job with the slot's device in its limits (its GPU, its cores), both steps."""
+    def placed(spec: RunSpec) -> RunSpec:
+        limits = dataclasses.replace(spec.limits, gpu=slot.gpu, cpuset=slot.cpuset)
+        return dataclasses.replace(spec, limits=limits)
+
+    return dataclasses.replace(job, spec=placed(job.spec),
+                               evaluation=placed(job.evaluation) if job.evaluation else None)
 
 
 def execute(runner: Runner, job: Job, slot: Slot, stop: threading.Event,
@@ -27,6 +37,7 @@ def execute(runner: Runner, job: Job, slot: Slot, stop: threading.Event,
     started = time.time()
     try:
         result = runner.run(job.spec, on_output=on_output, stop=stop)
+        evaluation, evaluation_error = _evaluate(runner, job, result, stop, on_output)
     except SandboxUnavailable as error:
         return Outcome(job.run_id, slot.index, None, started=started, ended=time.time(),
                        error=str(error))
@@ -36,5 +47,19 @@ def execute(runner: Runner, job: Job, slot: Slot, stop: threading.Event,
                        harness_error=(error.errno or 0, error.strerror or str(error),
                                       None if error.filename is None else str(error.filename)))
     ended = time.time()
-    changed = tampered(before, digest_files(job.spec.snapshot_dir, job.protected))
-    return Outcome(job.run_id, slot.index, result, tampered=changed, started=started, ended=ended)
+    after = digest_files(job.spec.snapshot_dir, job.protected)
+    return Outcome(job.run_id, slot.index, result, tampered=tampered(before, after), digests=after,
+                   started=started, ended=ended, evaluation=evaluation, evaluation_error=evaluation_error)
+
+
+def _evaluate(runner: Runner, job: Job, trained: RunResult, stop: threading.Event,
+              on_output: Callable[[str], None] | None) -> tuple[RunResult | None, str | None]:
+    """The evaluation step, when the job has one and training ended well enough to score
+    (a KeyboardInterrupt during it carries the evaluation's INTERRUPTED result, as during
+    training)."""
+    if job.evaluation is None or trained.status != Status.OK or stop.is_set():
+        return None, None
+    try:
+        return runner.run(job.evaluation, on_output=on_output, stop=stop), None
+    except SandboxUnavailable as error:
+        return None, str(error)

@@ -21,12 +21,17 @@ class Slot:
 @dataclass(frozen=True)
 class Job:
     """One run to execute: the sandbox's spec (paths as on the harness's machine), and the
-    snapshot-relative paths whose digests must not change while it runs."""
+    snapshot-relative paths whose digests must not change while it runs.
+
+    With `evaluation`, the run is two sandboxed steps on the same slot: `spec` trains (the
+    candidate's code), then `evaluation` scores what it left in its out folder (the harness's
+    evaluator over protected files only; `evaluation.train_out_dir` is `spec.out_dir`)."""
 
     run_id: str
     spec: RunSpec
     protected: tuple[str, ...] = ()
     label: str = ""
+    evaluation: RunSpec | None = None
 
 
 @dataclass
@@ -37,6 +42,7 @@ class Outcome:
     slot: int
     result: RunResult | None                 # None when the job could not run at all
     tampered: list[str] = field(default_factory=list)   # protected paths that changed
+    digests: dict[str, str] = field(default_factory=dict)   # the protected paths' digests after it
     node: str | None = None                  # the cluster node it ran on, if not this machine
     environment: dict[str, Any] | None = None   # that node's facts (None: this machine's)
     started: float = 0.0                     # wall clock (epoch seconds) around the run
@@ -45,6 +51,8 @@ class Outcome:
     # (errno, strerror, filename) when the harness's own filesystem failed the run (a full
     # disk): the night's problem, not the run's, so it is never recorded as the run's crash
     harness_error: tuple[int, str, str | None] | None = None
+    evaluation: RunResult | None = None      # the evaluation step's, when it ran
+    evaluation_error: str | None = None      # why the evaluation step could not run
 
 
 class ClusterUnavailable(RuntimeError):

@@ -36,7 +36,7 @@ from typing import Any, Callable
 
 from cluster.execute import execute
 from cluster.protocol import ClusterUnavailable, Job, OnDone, OnOutput, Outcome, Slot, Workers
-from sandbox import RunResult, Status
+from sandbox import RunResult, RunSpec, Status
 
 MAX_OUT_BYTES = 50 * 2**20     # what comes back of a run's out folder (checkpoints stay behind)
 WAIT_S = 0.5
@@ -99,40 +99,65 @@ def _node_data(data_dir: str, tarball: bytes | None, digest: str) -> Path:
 
 def run_on_node(job: Job, slot_index: int, sandbox: str, image: str, snapshot: bytes,
                 data: bytes | None, data_digest: str,
-                facts: Callable[[], dict[str, Any]] | None) -> dict[str, Any]:
-    """The Ray task: one run of `job` in the `sandbox` backend of this node."""
+                facts: Callable[[], dict[str, Any]] | None,
+                evaluator: bytes | None = None) -> dict[str, Any]:
+    """The Ray task: one run of `job` (and its evaluation step, with `evaluator` the
+    evaluation's snapshot) in the `sandbox` backend of this node."""
     import ray
 
     from sandbox.select import make_runner
 
-    work = Path(tempfile.mkdtemp(prefix="nightshift-ray-"))
+    RUNS_ROOT.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="run-", dir=RUNS_ROOT))
     try:
-        snapshot_dir = work / "snapshot"
-        _unpack(snapshot, snapshot_dir)
-        _read_only(snapshot_dir)
-        out_dir = work / "run" / "out"
-        out_dir.mkdir(parents=True)
-        spec = dataclasses.replace(job.spec, snapshot_dir=snapshot_dir, out_dir=out_dir,
-                                   data_dir=_node_data(str(job.spec.data_dir), data, data_digest))
+        data_dir = _node_data(str(job.spec.data_dir), data, data_digest)
+        spec = _on_node(job.spec, work / "run", snapshot, data_dir)
+        evaluation = None
+        if job.evaluation is not None:
+            evaluation = dataclasses.replace(
+                _on_node(job.evaluation, work / "run" / "eval", evaluator or b"", data_dir),
+                train_out_dir=spec.out_dir)
         gpus = [int(g) for g in ray.get_gpu_ids()]
         slot = Slot(slot_index, f"cuda:{gpus[0]}" if gpus else "cpu", gpu=gpus[0] if gpus else None)
         runner, _ = make_runner(sandbox, image=image)
         stop = threading.Event()
         try:
-            outcome = execute(runner, dataclasses.replace(job, spec=spec), slot, stop)
+            outcome = execute(runner, dataclasses.replace(job, spec=spec, evaluation=evaluation),
+                              slot, stop)
         except KeyboardInterrupt as interrupt:   # ray.cancel: the sandbox has killed the tree
             result = getattr(interrupt, "run_result", None)
             outcome = Outcome(job.run_id, slot_index, result, error="cancelled")
         # two nodes may share an address (a test cluster on one machine): add the node's id
         outcome.node = f"{ray.util.get_node_ip_address()}/{ray.get_runtime_context().get_node_id()[:8]}"
         outcome.environment = facts() if facts else None
-        log = b""
-        if outcome.result is not None and Path(outcome.result.log_path).exists():
-            log = Path(outcome.result.log_path).read_bytes()
-        return {"outcome": outcome, "out": _pack(out_dir, MAX_OUT_BYTES), "log": log,
-                "host": socket.gethostname()}
+        steps = {"": (spec, outcome.result)}
+        if evaluation is not None:
+            steps["eval"] = (evaluation, outcome.evaluation)
+        back = {name: {"out": _pack(step.out_dir, MAX_OUT_BYTES),
+                       "log": _read(result.log_path) if result is not None else b""}
+                for name, (step, result) in steps.items()}
+        return {"outcome": outcome, "steps": back, "host": socket.gethostname()}
     finally:
         _remove(work)
+
+
+RUNS_ROOT = Path(tempfile.gettempdir()) / "nightshift-ray-runs"
+"""Where a node keeps its runs while they go: hidden from every run but its own folders."""
+
+
+def _on_node(spec: RunSpec, run_dir: Path, snapshot: bytes, data_dir: Path) -> RunSpec:
+    """`spec` with this node's paths: its snapshot unpacked read-only, a fresh out folder."""
+    snapshot_dir = run_dir / "snapshot"
+    _unpack(snapshot, snapshot_dir)
+    _read_only(snapshot_dir)
+    out_dir = run_dir / "out"
+    out_dir.mkdir(parents=True)
+    return dataclasses.replace(spec, snapshot_dir=snapshot_dir, out_dir=out_dir, data_dir=data_dir,
+                               private_root=RUNS_ROOT)
+
+
+def _read(path: Path | str) -> bytes:
+    return Path(path).read_bytes() if Path(path).exists() else b""
 
 
 class RayWorkers(Workers):
@@ -177,11 +202,14 @@ class RayWorkers(Workers):
 
     def submit(self, slot: Slot, job: Job, on_output: OnOutput | None = None) -> None:
         snapshot = self._snapshot_ref(job.spec.snapshot_dir)
+        evaluator = self._snapshot_ref(job.evaluation.snapshot_dir) if job.evaluation else None
         data, digest = self._data_ref(job.spec.data_dir)
-        limits = dataclasses.replace(job.spec.limits, cpuset=None, gpu=None)   # the node's to pick
-        job = dataclasses.replace(job, spec=dataclasses.replace(job.spec, limits=limits))
+        unplaced = lambda spec: dataclasses.replace(   # noqa: E731  the node's to pick
+            spec, limits=dataclasses.replace(spec.limits, cpuset=None, gpu=None))
+        job = dataclasses.replace(job, spec=unplaced(job.spec),
+                                  evaluation=unplaced(job.evaluation) if job.evaluation else None)
         ref = self._task.options(**self._options).remote(job, slot.index, self.sandbox, self.image,
-                                                        snapshot, data, digest, self.facts)
+                                                        snapshot, data, digest, self.facts, evaluator)
         with self._lock:
             self._refs[job.run_id] = (ref, slot, job, time.time())
 
@@ -246,12 +274,18 @@ class RayWorkers(Workers):
             return _interrupted(job, slot, submitted) if cancelled else Outcome(
                 job.run_id, slot.index, None, error=f"the Ray task failed: {type(error).__name__}: {error}")
         outcome: Outcome = answer["outcome"]
-        out_dir = job.spec.out_dir
-        _unpack(answer["out"], out_dir)
-        log_path = out_dir.parent / "log.txt"
-        log_path.write_bytes(answer["log"])
-        if outcome.result is not None:
-            outcome.result = dataclasses.replace(outcome.result, log_path=log_path)
+        for name, back in answer["steps"].items():
+            spec = job.evaluation if name == "eval" else job.spec
+            _unpack(back["out"], spec.out_dir)
+            log_path = spec.out_dir.parent / "log.txt"
+            log_path.write_bytes(back["log"])
+            result = outcome.evaluation if name == "eval" else outcome.result
+            if result is not None:
+                result = dataclasses.replace(result, log_path=log_path)
+                if name == "eval":
+                    outcome.evaluation = result
+                else:
+                    outcome.result = result
         outcome.slot = slot.index
         return outcome
 

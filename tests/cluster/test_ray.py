@@ -1,5 +1,6 @@
 """The Ray backend on a real two-node cluster on loopback: runs land on both nodes, their
 results come back, Ctrl-C cancels every task, and nothing listens beyond 127.0.0.1."""
+import json
 import re
 import signal
 import subprocess
@@ -31,9 +32,32 @@ def test_every_ray_listener_is_on_loopback(ray_address):
         assert local.startswith(("127.0.0.1:", "[::ffff:127.0.0.1]:", "[::1]:")), line
 
 
+# The grader apart on the cluster: training leaves a "model", a protected evaluator scores it
+# in its own step on the node, and the training step's view of the data hides val and test.
+GRADED_SCRIPT = SLEEPY.replace('json.dump({"val_bpb": value,', 'json.dump({"model": value, "train": open(os.path.join('
+                               'os.environ["NIGHTSHIFT_DATA"], "train.bin")).read(), "val_size": os.path.getsize(os.path.join('
+                               'os.environ["NIGHTSHIFT_DATA"], "val.bin")),')   # a stat: no open
+PREPARE = """import json, os
+root = os.path.join(os.environ["NIGHTSHIFT_DATA_ROOT"], "splits")
+os.makedirs(root, exist_ok=True)
+for split in ("train", "val", "test"):
+    open(os.path.join(root, split + ".bin"), "w").write(split + " bytes")
+json.dump({"splits": {s: s + ".bin" for s in ("train", "val", "test")}}, open(os.path.join(root, "meta.json"), "w"))
+print("data_dir:", root)
+"""
+GRADE = """import json, os, sys
+model = json.load(open(os.path.join(sys.argv[1], "result.json")))["model"]
+assert open(os.path.join(os.environ["NIGHTSHIFT_DATA"], "val.bin")).read() == "val bytes"
+print("---")
+print("val_bpb:", model + 0.001)
+"""
+GRADED_PROGRAM = PROGRAM.replace("protected: []", "protected: [grade.py, prep.py]").replace(
+    "prepare: null", "prepare: python prep.py\nevaluate: python grade.py {train_out}")
+
+
 def test_a_night_on_the_cluster_lands_on_both_nodes_and_brings_results_back(tmp_path, ray_address):
-    repo = make_repo(tmp_path / "user", {"sleepy.py": SLEEPY.replace("DELAY = 0.5", "DELAY = 1.0"),
-                                         "program.md": PROGRAM})
+    repo = make_repo(tmp_path / "user", {"sleepy.py": GRADED_SCRIPT.replace("DELAY = 0.5", "DELAY = 1.0"),
+                                         "prep.py": PREPARE, "grade.py": GRADE, "program.md": GRADED_PROGRAM})
     done = nightshift(repo, "run", "--tag", "ray", "--cluster", "ray", "--workers", "3",
                       "--max-experiments", "3", env=ray_env(tmp_path, ray_address), timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -42,10 +66,13 @@ def test_a_night_on_the_cluster_lands_on_both_nodes_and_brings_results_back(tmp_
     assert len({r.node for r in runs}) == 2, {r.node for r in runs}   # both nodes took runs
     for run in runs:
         assert run.metric is not None and run.backend == "local"
+        assert run.measured_by == "evaluator" and run.metric == run.metrics["model"] + 0.001
         log = repo / "results" / "ray" / run.log
         result = log.parent / "out" / "result.json"
         assert log.exists() and result.exists()                      # shipped back to the head
-        assert '"val_bpb"' in result.read_text()
+        trained = json.loads(result.read_text())
+        assert trained["train"] == "train bytes" and trained["val_size"] == 0   # val hidden from training
+        assert "val_bpb:" in (log.parent / "eval" / "log.txt").read_text()  # the evaluation's, back too
     assert_no_run_twice(state)
     assert any(r.role == Role.CANDIDATE for r in runs)
     started = (repo / "results" / "ray" / "ledger.jsonl").read_text()
