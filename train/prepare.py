@@ -1,5 +1,5 @@
-"""Data and the fixed evaluation for Nightshift's default target. Protected: the harness
-digests this file before and after every run, so the researcher cannot move the goalposts.
+"""Data for Nightshift's default target. Protected: the harness digests this file before and
+after every run, so the researcher cannot move the goalposts.
 
     python train/prepare.py [--corpus PATH] [--data-root DIR]
 
@@ -10,14 +10,16 @@ excluded, ~11 MB). Files are split whole (train/val/test ~ 90/5/5) by a hash of 
 relative path, so the split never depends on which other files exist or on their order.
 Running it again with the same corpus does nothing.
 
-train.py imports `load_split` and `evaluate_bpb` from here.
+meta.json's `splits` names each split's file: the harness hides `val.bin` and `test.bin` from
+the training step (a read is seen, and fails the run as a leak), shows the evaluation step
+the split it scores. train.py imports `load_split`; the fixed evaluation windows and the
+scoring live in evaluate.py.
 """
 from __future__ import annotations
 
 import argparse
 import hashlib
 import json
-import math
 import os
 import shutil
 import sys
@@ -26,14 +28,13 @@ import tempfile
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
-FORMAT = 1                                       # bump when the layout or split rule changes
+FORMAT = 2                                       # bump when the layout or split rule changes
 SPLITS = ("train", "val", "test")
 EXCLUDED_DIRS = {"test", "tests", "idle_test", "site-packages", "__pycache__"}
-# Scoring 2**17 bytes costs ~0.3 GFLOP per 1k params of model, a few seconds for the default
-# model on 2 CPU cores; the standard error of the mean per-byte loss over that many bytes is
-# ~0.01 bpb, and since every run scores the SAME bytes, comparisons between runs see even less.
+# Scoring 2**17 bytes (evaluate.py) costs ~0.3 GFLOP per 1k params of model, about a second for
+# the default model on 2 CPU cores; the standard error of the mean per-byte loss over that many
+# bytes is ~0.01 bpb, and since every run scores the SAME bytes, comparisons see even less.
 EVAL_BYTES = 2**17
 
 
@@ -104,6 +105,7 @@ def prepare(corpus: Path | None = None, data_root: Path | None = None) -> Path:
     meta = {"format": FORMAT, "corpus_hash": corpus_hash, "source": str(root.resolve()),
             "python_version": sys.version.split()[0],
             "split_rule": "sha256(relpath)[:8] % 100: <90 train, <95 val, else test",
+            "splits": {s: f"{s}.bin" for s in SPLITS},   # the harness hides the others per step
             "files": {s: len(parts[s]) for s in SPLITS},
             "bytes": {s: sum(map(len, parts[s])) for s in SPLITS}}
     data_root.mkdir(parents=True, exist_ok=True)
@@ -132,40 +134,6 @@ def load_split(data_dir: str | Path, split: str) -> torch.Tensor:
         raise FileNotFoundError(f"{path} missing: run `python train/prepare.py` and pass its "
                                 f"data_dir as NIGHTSHIFT_DATA (split must be one of {SPLITS})")
     return torch.frombuffer(bytearray(path.read_bytes()), dtype=torch.uint8)
-
-
-@torch.no_grad()
-def evaluate_bpb(model: torch.nn.Module, data_dir: str | Path, split: str, context_len: int,
-                 device: str | torch.device, batch_size: int = 64) -> float:
-    """Bits per byte of `model` on a fixed set of bytes of `split`.
-
-    The set: n = min(EVAL_BYTES, len) // (context_len + 1) non-overlapping windows of
-    context_len + 1 bytes, evenly spaced over the whole split (so every part of it is
-    represented); every target position of every window is scored. Windows are scored
-    independently, so the value does not depend on batch_size. `model(x)` takes int64
-    (B, T) on `device` and returns logits (B, T, 256). Autocast, if any, is the caller's.
-    """
-    data = load_split(data_dir, split)
-    span = context_len + 1
-    n = min(EVAL_BYTES, len(data)) // span
-    if n == 0:
-        raise ValueError(f"split {split!r} has {len(data)} bytes, fewer than context_len+1={span}")
-    # first window at the start, last one at the end; gaps are >= span, so none overlap
-    starts = torch.arange(n) * (len(data) - span) // max(n - 1, 1)
-    offsets = torch.arange(span)
-    was_training = model.training
-    model.eval()
-    nll = 0.0
-    for i in range(0, n, batch_size):
-        windows = data[starts[i:i + batch_size, None] + offsets].to(device=device, dtype=torch.long)
-        logits = model(windows[:, :-1])
-        if logits.shape != (*windows[:, 1:].shape, 256):
-            raise ValueError(f"model returned logits of shape {tuple(logits.shape)}, "
-                             f"expected (B, T, 256) = {(*windows[:, 1:].shape, 256)}")
-        nll += F.cross_entropy(logits.float().reshape(-1, 256), windows[:, 1:].reshape(-1),
-                               reduction="none").double().sum().item()   # fp32 sums drift ~1e-6
-    model.train(was_training)
-    return nll / (n * context_len * math.log(2))
 
 
 if __name__ == "__main__":

@@ -1,11 +1,13 @@
 """
 Nightshift's default research target: a small byte-level GPT trained for a fixed wall-clock
 budget, scored in bits per byte (val_bpb, lower is better) on held-out Python source.
-One file, top to bottom: device, knobs, run protocol, data, model, optimizer, loop, evaluation, summary.
+One file, top to bottom: device, knobs, run protocol, data, model, optimizer, loop, export, summary.
 
-    python train/train.py          # by hand: seed 0, 60 s, ./out, default data prepared on demand
+    python train/train.py && python train/evaluate.py   # by hand: seed 0, 60 s, ./out, then its val_bpb
 
-The evaluation lives in prepare.py (protected); everything here is fair game.
+This script trains and saves the model; it never sees the validation split. The harness scores
+the saved model with train/evaluate.py in a sandbox of its own (protected, like prepare.py's
+data): everything here is fair game, and nothing here can change how it is measured.
 """
 import time; t_script = time.time()   # total_seconds counts the imports too
 
@@ -28,7 +30,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from prepare import evaluate_bpb, load_split
+from evaluate import save_model
+from prepare import load_split
 
 # ---------------------------------------------------------------- device
 device = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
@@ -68,8 +71,7 @@ n_head, lr_peak = max(1, n_embd // HEAD_DIM), LR * lr_scale
 SEED = int(os.environ.get("NIGHTSHIFT_SEED", "0"))
 BUDGET_S = float(os.environ.get("NIGHTSHIFT_BUDGET_S", "60"))   # training only: no startup, no eval
 OUT_DIR = os.environ.get("NIGHTSHIFT_OUT", "out")
-SPLIT = os.environ.get("NIGHTSHIFT_SPLIT", "val")                # "test" only in replay
-DATA_DIR = os.environ.get("NIGHTSHIFT_DATA")
+DATA_DIR = os.environ.get("NIGHTSHIFT_DATA")   # in a night: the training split only
 if not DATA_DIR:                                                 # by hand: build the default data
     from prepare import prepare
     DATA_DIR = str(prepare())
@@ -275,7 +277,7 @@ while train_time < BUDGET_S:
     loss_f = loss.item()   # the one sync per step: it makes the timing honest on an accelerator
     if not math.isfinite(loss_f) or loss_f > MAX_LOSS:
         print(f"FAIL: loss exploded at step {step} (loss {loss_f})")
-        write_result({"status": "diverged", "step": step, "train_loss": loss_f, "split": SPLIT,
+        write_result({"status": "diverged", "step": step, "train_loss": loss_f,
                       "seed": SEED, "budget_s": BUDGET_S, "device": device})
         sys.exit(3)
     loss.backward()
@@ -298,11 +300,12 @@ while train_time < BUDGET_S:
     train_time += time.time() - t0
 grad_norm = norm_t.item()   # the last step's, for the summary
 
-# ---------------------------------------------------------------- evaluation
-t_eval = time.time()
-with autocast():
-    val_bpb = evaluate_bpb(model, DATA_DIR, SPLIT, context_len, device, batch_size=64)   # eager: new batch shapes would recompile
-eval_seconds = time.time() - t_eval
+# ---------------------------------------------------------------- export
+# The harness scores the model, not this script: save_model writes it as an exported graph
+# (with its precision) to $NIGHTSHIFT_OUT/model.pt2, and train/evaluate.py computes val_bpb.
+t_export = time.time()
+save_model(model, context_len, OUT_DIR, precision=autocast)
+export_seconds = time.time() - t_export
 
 # ---------------------------------------------------------------- summary
 tokens = step * batch_size * context_len
@@ -320,9 +323,9 @@ if device == "cuda":   # PaLM's estimate: 6N per token for the weights plus atte
 else:
     peak_memory_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (2**20 if sys.platform == "darwin" else 1024)   # bytes on macOS, KiB on Linux
 result = {
-    "val_bpb": val_bpb, "split": SPLIT, "status": "ok" if math.isfinite(val_bpb) else "bad_metric",
+    "status": "ok",
     "steps": step, "tokens": tokens, "tokens_per_s": tokens_per_s, "flops_per_s": flops_per_s,
-    "train_seconds": train_time, "eval_seconds": eval_seconds, "total_seconds": time.time() - t_script,
+    "train_seconds": train_time, "export_seconds": export_seconds, "total_seconds": time.time() - t_script,
     "peak_memory_mb": peak_memory_mb, "params": n_params, "device": device, "mfu": mfu,
     "train_loss": loss_f, "grad_norm": grad_norm, "update_ratio": update_ratio,
     "seed": SEED, "budget_s": BUDGET_S,

@@ -1,4 +1,4 @@
-"""train/prepare.py: the corpus split, the data folder, and the fixed evaluation."""
+"""train/prepare.py: the corpus split and the data folder (the evaluation: test_evaluate.py)."""
 from __future__ import annotations
 
 import json
@@ -54,6 +54,7 @@ def test_cli_builds_the_folder_and_prints_data_dir_last(tmp_path):
     meta = json.loads((data_dir / "meta.json").read_text())
     assert data_dir.name == meta["corpus_hash"][:16]
     assert sum(meta["files"].values()) == 80                    # .git/HEAD left out
+    assert meta["splits"] == {s: f"{s}.bin" for s in prepare.SPLITS}   # what the harness hides
     total = sum((corpus / p).stat().st_size for p in corpus.rglob("*.py"))
     assert sum(meta["bytes"].values()) == total
     for split in prepare.SPLITS:
@@ -117,64 +118,6 @@ def test_too_small_a_folder_is_an_error_that_says_why(tmp_path):
     (tmp_path / "c" / "other.py").write_text("y = 2\n")
     with pytest.raises(ValueError, match="more files"):
         prepare.prepare(tmp_path / "c", tmp_path / "data")
-
-
-class TinyLM(torch.nn.Module):
-    """Causal enough for the test: each position sees only its own byte."""
-
-    def __init__(self):
-        super().__init__()
-        torch.manual_seed(0)
-        self.emb = torch.nn.Embedding(256, 16)
-        self.head = torch.nn.Linear(16, 256)
-
-    def forward(self, idx):
-        return self.head(torch.tanh(self.emb(idx)))
-
-
-class Uniform(torch.nn.Module):
-    def forward(self, idx):
-        return torch.zeros(*idx.shape, 256)
-
-
-def test_evaluate_bpb_does_not_depend_on_batch_size(tmp_path):
-    data_dir = prepare.prepare(make_corpus(tmp_path / "corpus"), tmp_path / "data")
-    model = TinyLM()
-    values = [prepare.evaluate_bpb(model, data_dir, "val", 32, "cpu", batch_size=b) for b in (1, 7, 64)]
-    assert values[0] == pytest.approx(values[1], rel=1e-6) == pytest.approx(values[2], rel=1e-6)
-    assert 0 < values[0] < 16 and model.training                 # the caller's mode is restored
-
-
-def test_a_uniform_model_scores_exactly_8_bits_per_byte(tmp_path):
-    data_dir = prepare.prepare(make_corpus(tmp_path / "corpus"), tmp_path / "data")
-    assert prepare.evaluate_bpb(Uniform(), data_dir, "val", 64, "cpu") == pytest.approx(8.0, abs=1e-6)
-
-
-def test_evaluation_windows_cover_the_split_and_cap_at_eval_bytes(tmp_path, monkeypatch):
-    data_dir = prepare.prepare(make_corpus(tmp_path / "corpus"), tmp_path / "data")
-    seen = []
-
-    class Spy(Uniform):
-        def forward(self, idx):
-            seen.append(idx.clone())
-            return super().forward(idx)
-    monkeypatch.setattr(prepare, "EVAL_BYTES", 1000)
-    prepare.evaluate_bpb(Spy(), data_dir, "val", 99, "cpu", batch_size=4)
-    windows = torch.cat(seen)
-    assert windows.shape == (10, 99)                             # 1000 // (99 + 1) windows
-    val = prepare.load_split(data_dir, "val")
-    assert torch.equal(windows[0], val[:99].long())              # first window at the start ...
-    assert torch.equal(windows[-1], val[-100:-1].long())         # ... last one reaches the end
-
-
-def test_a_model_with_the_wrong_output_shape_is_named(tmp_path):
-    data_dir = prepare.prepare(make_corpus(tmp_path / "corpus"), tmp_path / "data")
-
-    class Wrong(torch.nn.Module):
-        def forward(self, idx):
-            return torch.zeros(*idx.shape, 128)
-    with pytest.raises(ValueError, match=r"expected \(B, T, 256\)"):
-        prepare.evaluate_bpb(Wrong(), data_dir, "val", 16, "cpu")
 
 
 def test_a_missing_split_names_the_fix(tmp_path):

@@ -1,0 +1,192 @@
+"""train/evaluate.py: the harness's evaluator, on real exported models. It must score honest
+models exactly, and refuse or flag every way a model could bend its own score."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "train"))
+import evaluate  # noqa: E402
+import prepare  # noqa: E402
+from tests.train.test_prepare import make_corpus  # noqa: E402
+
+T = 32
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("evaluate")
+    return prepare.prepare(make_corpus(root / "corpus"), root / "data")
+
+
+class Causal(torch.nn.Module):
+    """A real (tiny) causal language model: each position sees itself and the past."""
+
+    def __init__(self, batch: int | None = None) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb, self.head, self.batch = torch.nn.Embedding(256, 16), torch.nn.Linear(16, 256), batch
+
+    def mix(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cumsum(x, dim=1) / torch.arange(1, x.shape[1] + 1)[None, :, None]   # the past only
+
+    def forward(self, idx):
+        if self.batch is not None:
+            idx = idx.view(self.batch, T)   # written for one batch size
+        return self.head(self.mix(self.emb(idx)))
+
+
+class Bidirectional(Causal):
+    def mix(self, x):
+        return x + x.mean(dim=1, keepdim=True)   # every position sees the whole window
+
+
+class NextByte(Causal):
+    def mix(self, x):
+        return x + torch.roll(x, -1, dims=1)    # a subtler leak: the next byte's embedding
+
+
+class Attention(Causal):
+    """Attention through torch's own kernel, causal or (the bidirectional edit) not."""
+
+    def __init__(self, causal: bool) -> None:
+        super().__init__()
+        self.causal = causal
+
+    def mix(self, x):
+        return torch.nn.functional.scaled_dot_product_attention(x, x, x, is_causal=self.causal)
+
+
+class Uniform(torch.nn.Module):
+    def __init__(self, vocab: int = 256) -> None:
+        super().__init__()
+        self.vocab = vocab
+        self.zero = torch.nn.Parameter(torch.zeros(()))
+
+    def forward(self, idx):
+        return torch.zeros(*idx.shape, self.vocab) + self.zero
+
+
+class Noisy(Causal):
+    def forward(self, idx):
+        return super().forward(idx) + torch.randn(*idx.shape, 256)
+
+
+def evaluated(model, tmp_path: Path, data_dir: Path) -> dict:
+    out = tmp_path / "train_out"
+    evaluate.save_model(model, T, out)
+    return evaluate.evaluate(out / evaluate.ARTIFACT, data_dir, "val", seed=7)
+
+
+def test_an_honest_model_passes_every_probe_and_is_scored_like_eager(tmp_path, data_dir):
+    model = Causal()
+    result = evaluated(model, tmp_path, data_dir)
+    assert all(probe["ok"] for probe in result["probes"].values()), result["probes"]
+    assert set(result["probes"]) == {"artifact", "shape", "causality"}
+    windows = evaluate.windows(prepare.load_split(data_dir, "val"), T)
+    with torch.no_grad():
+        logits = model(windows[:, :-1])
+    eager = torch.nn.functional.cross_entropy(logits.reshape(-1, 256), windows[:, 1:].reshape(-1)) / math.log(2)
+    assert result["val_bpb"] == pytest.approx(float(eager), rel=1e-5)
+    assert result["generalization_gap"] == pytest.approx(result["val_bpb"] - result["train_bpb"])
+    assert len(result["fingerprint"]) == min(evaluate.FINGERPRINT_WINDOWS, result["windows"])
+
+
+def test_a_uniform_model_scores_exactly_8_bits_per_byte(tmp_path, data_dir):
+    assert evaluated(Uniform(), tmp_path, data_dir)["val_bpb"] == pytest.approx(8.0, abs=1e-6)
+
+
+def test_a_model_made_for_one_batch_size_is_scored_the_same(tmp_path, data_dir):
+    free = evaluated(Causal(), tmp_path / "free", data_dir)
+    fixed = evaluated(Causal(batch=2), tmp_path / "fixed", data_dir)   # exported with a static batch
+    assert fixed["val_bpb"] == pytest.approx(free["val_bpb"], rel=1e-6)
+
+
+def test_the_evaluation_windows_cover_the_split_and_cap_at_eval_bytes(data_dir):
+    val = prepare.load_split(data_dir, "val")
+    windows = evaluate.windows(val, 99, budget=1000)
+    assert windows.shape == (10, 100)                              # 1000 // (99 + 1) windows
+    assert torch.equal(windows[0], val[:100].long())                # first at the start ...
+    assert torch.equal(windows[-1], val[-100:].long())              # ... last reaches the end
+
+
+def test_causal_attention_passes_the_audit_and_the_probe(tmp_path, data_dir):
+    result = evaluated(Attention(causal=True), tmp_path, data_dir)
+    assert all(probe["ok"] for probe in result["probes"].values()), result["probes"]
+
+
+@pytest.mark.parametrize("model", [Bidirectional(), NextByte(), Attention(causal=False)],
+                         ids=["bidirectional", "next-byte", "attention-not-causal"])
+def test_a_model_that_sees_ahead_fails_the_causality_probe_and_gets_no_score(tmp_path, data_dir, model):
+    result = evaluated(model, tmp_path, data_dir)
+    assert result["probes"]["causality"]["ok"] is False
+    assert "sees bytes it predicts" in result["probes"]["causality"]["detail"]
+    assert "val_bpb" not in result
+
+
+def test_wrong_output_shape_is_a_bad_artifact(tmp_path, data_dir):
+    result = evaluated(Uniform(vocab=128), tmp_path, data_dir)
+    assert result["probes"]["shape"]["ok"] is False
+    assert "expected logits of shape (B, T, 256)" in result["probes"]["shape"]["detail"]
+
+
+def test_randomness_at_evaluation_is_refused(tmp_path, data_dir):
+    result = evaluated(Noisy(), tmp_path, data_dir)
+    assert result["probes"]["artifact"]["ok"] is False and "randomness" in result["probes"]["artifact"]["detail"]
+
+
+def test_a_missing_artifact_names_save_model(tmp_path, data_dir):
+    result = evaluate.evaluate(tmp_path / "model.pt2", data_dir, "val", seed=0)
+    assert result["probes"] == {"artifact": {"ok": False, "detail": pytest.approx(result["probes"]["artifact"]["detail"])}}
+    assert "save_model" in result["probes"]["artifact"]["detail"] and "val_bpb" not in result
+
+
+def test_an_artifact_carrying_a_pickle_is_refused_before_it_runs(tmp_path, data_dir):
+    """The export format can hold pickled constants, and unpickling runs code: a crafted
+    archive whose constant is a pickle that would write a file must be refused, and the file
+    never written."""
+    out = tmp_path / "train_out"
+    evaluate.save_model(Causal(), T, out)
+    marker = tmp_path / "pwned"
+    payload = b"cos\nsystem\n(S'touch " + str(marker).encode() + b"'\ntR."   # pickle: os.system(...)
+    with zipfile.ZipFile(out / evaluate.ARTIFACT) as src:
+        entries = {item.filename: src.read(item.filename) for item in src.infolist()}
+    config_name = next(name for name in entries if name.endswith("model_weights_config.json"))
+    config = json.loads(entries[config_name])
+    first = next(iter(config["config"].values()))
+    first["use_pickle"] = True
+    entries[config_name] = json.dumps(config).encode()
+    weight = next(name for name in entries if name.endswith(f"weights/{first['path_name']}"))
+    entries[weight] = payload
+    with zipfile.ZipFile(tmp_path / "final.pt2", "w") as dst:
+        for name, data in entries.items():
+            dst.writestr(name, data)
+    result = evaluate.evaluate(tmp_path / "final.pt2", data_dir, "val", seed=0)
+    assert result["probes"]["artifact"]["ok"] is False, result
+    assert "pickled" in result["probes"]["artifact"]["detail"]
+    assert not marker.exists()
+    # even without the check by name, loading runs no pickle: the guard is the second fence
+    with pytest.raises(Exception), evaluate.no_pickle():   # torch.export.load wraps the refusal
+        torch.export.load(str(tmp_path / "final.pt2"))
+    assert not marker.exists()
+
+
+def test_the_evaluation_step_by_hand_writes_result_json(tmp_path, data_dir):
+    evaluate.save_model(Causal(), T, tmp_path / "train_out")
+    env = {**os.environ, "NIGHTSHIFT_OUT": str(tmp_path / "eval"), "NIGHTSHIFT_DATA": str(data_dir),
+           "NIGHTSHIFT_TRAIN_OUT": str(tmp_path / "train_out"), "NIGHTSHIFT_SPLIT": "val"}
+    done = subprocess.run([sys.executable, str(REPO / "train" / "evaluate.py")], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    result = json.loads((tmp_path / "eval" / "result.json").read_text())
+    assert result["val_bpb"] > 0 and "probe causality: ok" in done.stdout
+    assert "---" in done.stdout and "val_bpb:" in done.stdout
