@@ -40,7 +40,8 @@ def project_repo(root: Path, **front_matter: str) -> Path:
     program = set_front_matter((PROJECT / "program.md").read_text(), **front_matter)
     files = {"program.md": program,
              "train/train.py": (PROJECT / "train/train.py").read_text(),
-             "train/prepare.py": (PROJECT / "train/prepare.py").read_text()}
+             "train/prepare.py": (PROJECT / "train/prepare.py").read_text(),
+             "train/evaluate.py": (PROJECT / "train/evaluate.py").read_text()}
     return make_repo(root, files)
 
 

@@ -30,13 +30,34 @@ def error_of(text: str, overrides: dict | None = None) -> str:
 
 # ---- Defaults and the bundled program ----
 
+@pytest.mark.parametrize("front, evaluate, edits", [
+    ("", "python train/evaluate.py", "free"),                                # the bundled command
+    ("command: python mine.py\n", None, "free"),                              # a script of yours
+    ("command: python mine.py\nevaluate: python score.py {train_out}\n", "python score.py {train_out}", "free"),
+    ("command: python mine.py\nevaluate: null\n", None, "free"),
+    ("target: conf.yaml\ncommand: python mine.py\n", None, "knobs"),          # a config target
+    ("edits: knobs\n", "python train/evaluate.py", "knobs"),
+])
+def test_evaluate_and_edits_auto_follow_the_fields_they_depend_on(tmp_path, front, evaluate, edits):
+    program = load_program(write(tmp_path, f"---\n{front}---\nbrief\n"))
+    assert (program.evaluate, program.edits) == (evaluate, edits)
+
+
+def test_train_out_belongs_to_the_evaluation_step(tmp_path):
+    with pytest.raises(ProgramError, match=r"program.md:2: field 'command': \{train_out\} is the evaluation step's"):
+        load_program(write(tmp_path, "---\ncommand: python t.py --model {train_out}\n---\n"))
+    with pytest.raises(ProgramError, match=r"field 'edits': expected one of auto, free, knobs"):
+        load_program(write(tmp_path, "---\nedits: some\n---\n"))
+
+
 def test_a_file_without_front_matter_is_all_prose_and_all_defaults(tmp_path):
     program = load_program(write(tmp_path, "# Brief\n\nMake it better.\n"))
     assert program.prose == "# Brief\n\nMake it better."
     assert program.path == (tmp_path / "program.md").resolve()
     assert program.target == "train/train.py"
-    assert program.protected == ("train/prepare.py",)
+    assert program.protected == ("train/prepare.py", "train/evaluate.py")
     assert program.prepare == "python train/prepare.py"
+    assert (program.evaluate, program.edits, program.report_tolerance) == ("python train/evaluate.py", "free", 0.05)
     assert (program.metric, program.direction) == ("val_bpb", "minimize")
     assert (program.budget_s, program.grace_s, program.alpha, program.min_effect) == (60.0, 60.0, 0.04, 0.0)
     assert program.seeds == SeedPlan(baseline=6, screen=1, max=8)
@@ -123,7 +144,7 @@ def test_an_integer_seeds_sets_max():
 def test_to_dict_is_json_safe_and_the_program_is_frozen():
     program = parse_program("---\nclaude: {max_usd: 2}\n---\nx", "program.md")
     data = json.loads(json.dumps(program.to_dict()))
-    assert data["budget_s"] == 60.0 and data["protected"] == ["train/prepare.py"]
+    assert data["budget_s"] == 60.0 and data["protected"] == ["train/prepare.py", "train/evaluate.py"]
     assert data["seeds"] == {"baseline": 6, "screen": 1, "max": 8}
     assert data["limits"]["memory_mb"] == 8192 and data["claude"]["max_usd"] == 2
     assert data["path"].endswith("program.md")
@@ -230,7 +251,7 @@ def test_accepted_metric_names():
 def test_a_program_locates_its_fields_for_later_checks():
     program = parse_program("---\nbudget: 60s\n\ntarget: a.py\n---\n", "program.md")
     assert program.locate("target") == "program.md:4: field 'target'"
-    assert program.locate("protected") == "program.md: field 'protected' (default ['train/prepare.py'])"
+    assert program.locate("protected") == "program.md: field 'protected' (default ['train/prepare.py', 'train/evaluate.py'])"
     moved = program.with_overrides(budget="5s")
     assert moved.locate("target") == "program.md:4: field 'target'"
     assert moved.locate("budget") == "program.md (override budget): field 'budget'"

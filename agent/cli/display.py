@@ -141,6 +141,15 @@ def print_status(console: Console, folder: Path, metric: str, state: LoopState |
     sd, dof = pooled_sd(state.noise_groups())
     console.print(f"[bold]{folder.name}[/bold]: {len(state.experiments)} experiments "
                   f"({', '.join(f'{k} {v}' for k, v in counts.items()) or 'none yet'})")
+    flagged = [e for e in state.experiments.values() if e.verdict is not None and e.verdict.is_integrity]
+    if flagged:
+        listed = ", ".join(f"{e.id} {e.verdict.value}" for e in flagged[-8:])
+        console.print(f"  [red]flagged, never kept: {len(flagged)}[/red] ({listed}); "
+                      f"the evidence: `nightshift report`, Flagged candidates")
+    measured = {r.measured_by for r in state.runs if r.measured_by}
+    if measured:
+        console.print("  metric: " + ("measured by the evaluation step (the harness's), not the script"
+                                      if measured == {"evaluator"} else "reported by the training script"))
     if base:
         console.print(f"  baseline  {state.base_commit[:8]}  {metric} {mean_sd(base)}")
     incumbent = incumbent_line(state, metric)

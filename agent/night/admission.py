@@ -11,11 +11,12 @@ import dataclasses
 import difflib
 import enum
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
 from agent.night.proposals import Ready
 from agent.record.events import ProposalRebased
 from agent.researchers import Proposal
+from agent.researchers.knobs import KnobError, knob_edit
 from agent.workspace.gate import check_source
 from agent.workspace.merge import three_way_merge
 from agent.workspace.repo import Workspace, candidate_message
@@ -37,7 +38,9 @@ class Admission:
 
 
 def admit(ready: Ready, experiment_id: str, incumbent: str, workspace: Workspace, target: str,
-          max_asks: int) -> Admission:
+          max_asks: int, knobs_only: Mapping[str, str] | None = None) -> Admission:
+    """What becomes of a ready proposal. `knobs_only` (program.md `edits: knobs`: the declared
+    knobs, {} for the target's annotations) limits the edit to new values of those knobs."""
     proposal = ready.proposal
     assert proposal is not None, "a rejected proposal is recorded invalid before admission"
     current = workspace.read(target, incumbent)
@@ -61,6 +64,11 @@ def admit(ready: Ready, experiment_id: str, incumbent: str, workspace: Workspace
     gate = check_source(target, current, proposal.source)
     if not gate.ok:
         return Admission(Fate.INVALID, proposal, gate.reason, rebased)
+    if knobs_only is not None:
+        try:
+            knob_edit(current, proposal.source, path=target, declared=knobs_only)
+        except KnobError as error:
+            return Admission(Fate.INVALID, proposal, str(error), rebased)
     return Admission(Fate.CANDIDATE, proposal, rebased=rebased)
 
 

@@ -17,7 +17,8 @@ def evaluation_plan(program: Program, budget_s: float, rule_name: str) -> Evalua
     return EvaluationPlan(metric=program.metric, direction=program.direction, budget_s=budget_s,
                           seeds_baseline=program.seeds.baseline, seeds_screen=program.seeds.screen,
                           seeds_max=program.seeds.max, alpha=program.alpha,
-                          min_effect=program.min_effect, rule=rule_name, fdr=program.fdr)
+                          min_effect=program.min_effect, rule=rule_name, fdr=program.fdr,
+                          evaluator=program.evaluate is not None)
 
 
 def protected_sources(workspace: Workspace, program: Program, commit: str) -> dict[str, str]:

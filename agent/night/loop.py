@@ -33,9 +33,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 from agent.decide.decision import DecisionRule, Evidence, RunMore, pooled_sd
+from agent.decide.integrity import Flag, judge_experiment
 from agent.decide.scoring import score_prediction
 from agent.night.admission import Fate, admit, commit_message, proposal_diff
-from agent.night.checks import baseline_verdict
+from agent.night.checks import baseline_verdict, judge_budget
 from agent.night.context import evaluation_plan, research_context
 from agent.night.failures import describe_error
 from agent.night.observer import Observer, QuietObserver
@@ -308,7 +309,13 @@ class ResearchLoop:
             return
         self._check_baseline()
         for experiment in self.state.pending_experiments():
-            if experiment.decided or self._waiting(experiment):
+            if experiment.decided:
+                continue
+            flag = self._integrity(experiment)
+            if flag is not None:   # bent how it is measured: never kept, whatever the numbers
+                self._decide(experiment, flag.verdict, None, flag.reason, flag.evidence)
+                continue
+            if self._waiting(experiment):
                 continue
             step = self.rule.next(self._evidence(experiment))
             if isinstance(step, Decision):
@@ -319,6 +326,18 @@ class ResearchLoop:
             if step.look is not None and step.look not in experiment.looks:
                 self.ledger.append(LookTaken(id=experiment.id, seeds=step.look, reason=step.reason))
             self._asked[experiment.id] = step
+
+    def _integrity(self, experiment: Experiment) -> Flag | None:
+        """What no single run shows, across the candidate's runs and the incumbent's
+        (agent.decide.integrity.judge_experiment)."""
+        state = self.state
+        reference = [r for r in state.runs if r.commit == experiment.parent and r.role == Role.REFERENCE]
+        base = [r for r in state.runs if r.commit == state.base_commit and r.role == Role.REFERENCE and r.ok]
+        budget = state.budget_s or self.program.budget_s
+        wall_clock = any(judge_budget(r.duration_s, budget, self.program.grace_s).kind == "wall_clock"
+                         for r in base)
+        return judge_experiment(experiment.runs, reference, budget_s=budget, wall_clock=wall_clock,
+                                metric=self.program.metric)
 
     def _check_baseline(self) -> None:
         """Once, before the first candidate: print the verdict on the first baseline's runs,
@@ -360,13 +379,13 @@ class ResearchLoop:
         )
 
     def _decide(self, experiment: Experiment, verdict: Verdict, decision: Decision | None,
-                reason: str) -> None:
+                reason: str, evidence: dict[str, Any] | None = None) -> None:
         """Record the verdict, then make git agree (in that order: see reconcile)."""
         incumbent = self.state.incumbent
         score = score_prediction(experiment.prediction, decision, self.program.direction)
         event = self.ledger.append(DecisionMade(
             id=experiment.id, commit=experiment.commit, incumbent=incumbent, verdict=verdict,
-            decision=decision, reason=reason, score=score))
+            decision=decision, reason=reason, score=score, evidence=dict(evidence or {})))
         self._decided_here += 1
         self._asked.pop(experiment.id, None)
         self._cancel_runs_of(experiment.id)
@@ -511,7 +530,8 @@ class ResearchLoop:
                                  ready.rejected.extra)
             return
         incumbent, target = state.incumbent, self.program.target
-        admission = admit(ready, experiment_id, incumbent, self.workspace, target, MAX_ASKS)
+        admission = admit(ready, experiment_id, incumbent, self.workspace, target, MAX_ASKS,
+                          knobs_only=dict(self.program.knobs) if self.program.edits == "knobs" else None)
         if admission.rebased is not None:
             self.ledger.append(admission.rebased)
         proposal = admission.proposal

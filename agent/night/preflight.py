@@ -65,7 +65,10 @@ def preflight(program: Program, *, sandbox: str, budget_s: float | None = None,
     verdict = Verdict()
     verdict.add("program valid", True, f"{program.path.name}: command `{program.command}`, "
                 f"metric {program.metric} ({program.direction}), budget {program.budget_s:g} s")
+    from agent.night.grading import measurement_note
     from agent.night.prestart import PrestartError, check_paths
+
+    verdict.add("metric measured apart", *measurement_note(program.evaluate, program.edits, program.target))
 
     try:   # what `run` refuses before writing anything: a target, protected or data path
         check_paths(program)   # that is missing, a folder, a link or outside the repository

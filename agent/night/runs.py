@@ -2,9 +2,11 @@
 
 Each run gets its own folder `results/<tag>/runs/<run_id>/` holding the log, the script's
 outputs (`out/result.json`, and `work/`: what it wrote next to itself, as far as `keep:`
-keeps it) and `provenance.json`. The commit is exported once into a read-only snapshot that
-all its seeds share, so the worktree can move on meanwhile; each run works in a private
-writable layer over it, with program.md's `data:` folder mounted read-only inside.
+keeps it), `eval/` (the evaluation step's log and result, with `evaluate:`) and
+`provenance.json`. The commit is exported once into a read-only snapshot that all its seeds
+share, so the worktree can move on meanwhile; each run works in a private writable layer over
+it, with program.md's `data:` folder mounted read-only inside. What a finished run showed is
+judged in one place (agent.decide.integrity.judge_run); this module gathers the evidence.
 """
 from __future__ import annotations
 
@@ -15,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from agent.night import checks, outputs
+from agent.decide.integrity import RunEvidence, StepEvidence, judge_run
+from agent.night import checks, grading, outputs
 from agent.night.data import PreparedData, folder_facts, repository_data
 from agent.program import Program
 from agent.record.events import Role, RunFinished, RunStarted
@@ -24,7 +27,7 @@ from agent.record.provenance import determinism, environment, fingerprint, write
 from agent.workspace.repo import Workspace, remove_snapshot
 from cluster.execute import execute
 from cluster.protocol import Job, Outcome, Slot
-from sandbox import Limits, Runner, RunSpec, Status
+from sandbox import Limits, Runner, RunResult, RunSpec, Status
 from sandbox.digest import digest_files
 from sandbox.protocol import DataMount
 
@@ -51,6 +54,8 @@ class RunPlan:
     writable_workdir: bool = False
     mounts: tuple[DataMount, ...] = ()
     keep: tuple[str, ...] | None = None   # program.md's keep: globs (None: result.json + small files)
+    evaluate: str | None = None    # the evaluation step's command (None: the script's metric)
+    report_tolerance: float = 0.05
 
     @classmethod
     def from_program(cls, program: Program, *, budget_s: float | None = None,
@@ -66,7 +71,8 @@ class RunPlan:
                    split=split, extra_env=dict(program.env), target=program.target,
                    result_file=program.result_file, metric_pattern=program.metric_pattern,
                    metrics_pattern=program.metrics_pattern, python=sys.executable,
-                   writable_workdir=True, mounts=(mount,) if mount else (), keep=program.keep)
+                   writable_workdir=True, mounts=(mount,) if mount else (), keep=program.keep,
+                   evaluate=program.evaluate, report_tolerance=program.report_tolerance)
 
 
 def gpu_for_runs() -> int | None:
@@ -120,18 +126,28 @@ class RunExecutor:
         out_dir = self.runs_dir / run_id / "out"
         out_dir.mkdir(parents=True)
         plan = self.plan
+        snapshot = self.snapshot(commit)
         spec = RunSpec(
-            command=plan.command, snapshot_dir=self.snapshot(commit), data_dir=self.data.path,
+            command=plan.command, snapshot_dir=snapshot, data_dir=self.data.path,
             out_dir=out_dir, seed=seed, budget_s=plan.budget_s, metric=plan.metric,
             split=plan.split, grace_s=plan.grace_s, limits=plan.limits, env=plan.extra_env,
             result_file=plan.result_file, metric_pattern=plan.metric_pattern,
             metrics_pattern=plan.metrics_pattern, python=plan.python,
             writable_workdir=plan.writable_workdir, mounts=plan.mounts,
+            metric_required=plan.evaluate is None,
+            hidden=grading.hidden_files(self.data.meta, grading.TRAINING_SEES),
+            private_root=self.runs_dir.parent.parent,   # results/: every tag's runs
         )
+        evaluation = None
+        if plan.evaluate:
+            evaluator = grading.evaluator_snapshot(self.snapshots_dir, snapshot, plan.protected)
+            evaluation = grading.evaluation_spec(spec, command=plan.evaluate, snapshot=evaluator,
+                                                 meta=self.data.meta, deadline_s=plan.budget_s + plan.grace_s)
         self.ledger.append(RunStarted(run_id=run_id, commit=commit, seed=seed, role=role,
                                       experiment=experiment, worker=slot.index if slot else None,
                                       device=slot.device if slot else None))
-        return Job(run_id=run_id, spec=spec, protected=self.plan.protected, label=label)
+        return Job(run_id=run_id, spec=spec, protected=self.plan.protected, label=label,
+                   evaluation=evaluation)
 
     def finish(self, job: Job, outcome: Outcome) -> RunFinished:
         """Record how `job` ended (its provenance.json next to its result) and return the
@@ -147,25 +163,32 @@ class RunExecutor:
             # run is closed as interrupted on the way out, never recorded as its crash.
             raise OSError(*outcome.harness_error)
         if result is None:
+            judged = judge_run(RunEvidence(metric=self.plan.metric, training=None,
+                                           start_error=outcome.error))
             return self.ledger.append(RunFinished(
                 run_id=job.run_id, commit=commit, seed=seed, role=role, experiment=experiment,
-                status=Status.CRASH, reason=f"the run could not start: {outcome.error}", **slot))
-        status, reason = result.status, result.reason
+                status=judged.status, reason=judged.reason, **slot))
         changed = sorted(set(outcome.tampered) | set(outputs.touches(result.written, self.plan.protected)))
         data_now = {m.path: folder_facts(m.source) for m in self.plan.mounts}
         data_changed = [path for path, facts in data_now.items() if facts != self._data_seen.get(path)]
         self._data_seen = data_now
-        if changed and status != Status.INTERRUPTED:
-            status, reason = Status.TAMPERED, f"protected files changed during the run: {', '.join(changed)}"
-        elif data_changed and status != Status.INTERRUPTED:
-            status, reason = Status.TAMPERED, (f"the run changed the data folder "
-                                               f"{', '.join(data_changed)} of your repository")
+        evaluation = outcome.evaluation
+        judged = judge_run(RunEvidence(
+            metric=self.plan.metric, training=_step(result), evaluated=job.evaluation is not None,
+            evaluation=_step(evaluation) if evaluation is not None else None,
+            start_error=outcome.evaluation_error, tampered=tuple(changed),
+            data_changed=tuple(data_changed), report_tolerance=self.plan.report_tolerance))
+        status, reason = judged.status, judged.reason
         spec = job.spec
         kept = outputs.prune(spec.out_dir, result.work_dir, result.written, spec.snapshot_dir,
                              self.plan.keep, always=(self.plan.result_file,))
+        if evaluation is not None:
+            outputs.prune(evaluation.log_path.parent / "out", evaluation.work_dir, evaluation.written,
+                          job.evaluation.snapshot_dir, None)
         budget = checks.judge_budget(result.duration_s, self.plan.budget_s, self.plan.grace_s) \
             if status != Status.INTERRUPTED else None
-        metric_value = result.metric if status == Status.OK else None
+        metric_value = judged.metric
+        metrics = {**result.metrics, **_figures(evaluation)}
         seen = self.ledger.state.ok_values(commit)
         seeding = checks.observe_seeding({**seen, seed: metric_value} if metric_value is not None else seen,
                                          self.plan.metric)
@@ -182,11 +205,17 @@ class RunExecutor:
             "budget_s": self.plan.budget_s, "grace_s": self.plan.grace_s,
             "command": self.plan.command, "split": self.plan.split,
             "run_env": dict(self.plan.extra_env), "python": self.plan.python,
-            "protected_digests": digest_files(job.spec.snapshot_dir, self.plan.protected),
+            "protected_digests": outcome.digests,
             "data_dir": str(self.data.path), "data_meta": self.data.meta,
             "data_mount": [{"path": m.path, "source": str(m.source), **data_now[m.path]}
                            for m in self.plan.mounts],
             "sandbox": {"backend": result.backend, **result.sandbox},
+            "grading": {
+                "measured_by": judged.measured_by, "evaluate": self.plan.evaluate,
+                "reported": judged.reported, "probes": [p.to_dict() for p in judged.probes],
+                "splits": grading.splits_note(self.data.meta), "hidden": result.hidden_enforced,
+                "evaluation_log": _relative(evaluation.log_path, self.runs_dir.parent) if evaluation else None,
+                "evaluation_sandbox": evaluation.sandbox if evaluation else None},
             "outputs": kept.to_dict(),
             "worker": {"index": started.worker, "device": started.device, "node": outcome.node},
             "environment": env, "env_fingerprint": fingerprint(env),
@@ -203,14 +232,17 @@ class RunExecutor:
         return self.ledger.append(RunFinished(
             run_id=job.run_id, commit=commit, seed=seed, role=role, experiment=experiment,
             status=status, metric=metric_value,
-            metrics=dict(result.metrics), duration_s=round(result.duration_s, 3),
+            metrics=metrics, duration_s=round(result.duration_s, 3),
             peak_memory_mb=result.peak_memory_mb, exit_code=result.exit_code, reason=reason,
             log=str(log.relative_to(self.runs_dir.parent)) if log.is_relative_to(self.runs_dir.parent)
             else str(log),
             log_tail=result.log_tail[-2000:], backend=result.backend,
             data_hash=self.data.corpus_hash, env_fingerprint=provenance["env_fingerprint"],
             provenance=str((run_dir / "provenance.json").relative_to(self.runs_dir.parent)),
-            over_budget_s=budget.over_s if budget else None, **slot))
+            over_budget_s=budget.over_s if budget else None, measured_by=judged.measured_by,
+            reported=judged.reported, probes=judged.probes,
+            eval_duration_s=round(evaluation.duration_s, 3) if evaluation else None,
+            fingerprint=_fingerprint(evaluation), hidden=result.hidden_enforced, **slot))
 
     def _diff_of(self, commit: str) -> tuple[str | None, str]:
         """A commit's parent and patch (git twice per commit, not per run)."""
@@ -235,4 +267,32 @@ class RunExecutor:
         return self.finish(job, outcome)
 
 
-WHOLE_MACHINE = Slot(0, "cpu")   # a run on its own: every core, the plan's GPU
+WHOLE_MACHINE = Slot(0, "cpu")
+
+
+def _step(result: RunResult) -> StepEvidence:
+    return StepEvidence(status=result.status, reason=result.reason, metrics=result.metrics,
+                        duration_s=result.duration_s, hidden_read=tuple(result.hidden_read))
+
+
+_EVALUATOR_OWN = ("probes", "fingerprint", "probe_seed", "split")
+
+
+def _figures(evaluation: RunResult | None) -> dict:
+    """The evaluation's figures for the run's metrics (its probes and fingerprint have fields
+    of their own); they win over the script's own claims of the same names."""
+    if evaluation is None:
+        return {}
+    return {k: v for k, v in evaluation.metrics.items() if k not in _EVALUATOR_OWN}
+
+
+def _fingerprint(evaluation: RunResult | None) -> tuple[float, ...]:
+    values = evaluation.metrics.get("fingerprint") if evaluation else None
+    if not isinstance(values, list):
+        return ()
+    return tuple(float(v) for v in values[:512] if isinstance(v, (int, float)))
+
+
+def _relative(path: Path, root: Path) -> str:
+    path = Path(path)
+    return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)   # a run on its own: every core, the plan's GPU

@@ -12,6 +12,7 @@ from typing import Any
 
 from agent.decide.rules import make_rule
 from agent.night.data import prepare_data
+from agent.night.grading import measurement_note
 from agent.night.leftovers import end_leftovers
 from agent.night.lock import TagLock, refuse_if_locked
 from agent.night.loop import ResearchLoop
@@ -165,4 +166,6 @@ def _assemble(program: Program, tag: str, results: Path, ledger: Ledger, workspa
                         f"(report: Arms)")
     for mount in plan.mounts:
         notes.insert(4, f"data folder: {mount.path} of your checkout, read-only at that path in every run")
+    apart, how = measurement_note(program.evaluate, program.edits, program.target)
+    notes.insert(2, f"metric: {how}" if apart else f"metric: WARNING: {how}")
     return loop, notes

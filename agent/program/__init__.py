@@ -53,13 +53,19 @@ class Program:
     root: Path                    # git toplevel containing program.md, else its folder
     prose: str                    # everything after the front matter: the researcher's brief
     target: str = "train/train.py"
-    protected: tuple[str, ...] = ("train/prepare.py",)
+    protected: tuple[str, ...] = ("train/prepare.py", "train/evaluate.py")
     command: str = "python train/train.py"   # may use {seed} {budget_s} {out} {data} {split}
+    # The evaluation step (docs/integrity.md): run after training, over the protected files
+    # only, it computes the metric from what training left in {train_out}. None: the metric
+    # is the training command's own. program.md's `auto` is resolved when the file is read.
+    evaluate: str | None = "python train/evaluate.py"
+    edits: str = "free"           # free | knobs: only new values of the declared knobs
     prepare: str | None = "python train/prepare.py"  # run once on the host; None = no data
     metric: str = "val_bpb"
     result_file: str = "result.json"    # the JSON file in $NIGHTSHIFT_OUT holding the metric
     metric_pattern: str | None = None   # regex with one group: the metric from the log's last match
     metrics_pattern: str | None = None  # regex with named groups: more figures from the log
+    report_tolerance: float = 0.05      # relative: the script's reported metric vs the measured one
     env: dict[str, str] = field(default_factory=dict)   # extra, non-secret variables of every run
     knobs: dict[str, str] = field(default_factory=dict)  # name in the target -> search space
     data: str | None = None             # a folder of the repository, mounted read-only there in runs
@@ -164,16 +170,24 @@ _RECORDS: dict[str, dict[str, tuple[str, Parser]]] = {
 }
 _seed_plan = v.record(SeedPlan, _RECORDS["seeds"], _seed_check)
 
+EDITS = ("auto", "free", "knobs")
+BUNDLED_COMMAND, BUNDLED_EVALUATE = "python train/train.py", "python train/evaluate.py"
+CONFIG_SUFFIXES = (".yaml", ".yml", ".json", ".toml", ".ini", ".cfg")
+
 # The validation table: YAML key -> (Program attribute, parser).
 _FIELDS: dict[str, tuple[str, Parser]] = {
     "target": ("target", v.relative_path),
     "protected": ("protected", v.relative_paths),
     "command": ("command", v.command),
+    "evaluate": ("evaluate", lambda x: "auto" if x == "auto" else v.optional(v.evaluate_command)(x)),
+    "edits": ("edits", v.choice(*EDITS)),
     "prepare": ("prepare", v.optional(v.nonempty)),
     "metric": ("metric", v.metric_name),
     "result_file": ("result_file", v.relative_path),
     "metric_pattern": ("metric_pattern", v.optional(v.regex("one"))),
     "metrics_pattern": ("metrics_pattern", v.optional(v.regex("named"))),
+    "report_tolerance": ("report_tolerance",
+                         v.check(v.number, lambda t: 0 < t < 1, "a share in (0, 1), like 0.05")),
     "env": ("env", v.env_vars),
     "knobs": ("knobs", v.knob_spaces),
     "data": ("data", v.optional(v.relative_path)),
@@ -243,6 +257,7 @@ def _build(path: Path, root: Path, prose: str, raw: dict[str, Any], lines: dict[
         raw[top] = value
         parse(top, value, lambda dotted: f"{name} (override {dotted})")
 
+    values, where = _resolve_auto(values, where)
     program = Program(path=path, root=root, prose=prose, **values, locations={"": name, **where})
     if program.target in program.protected:
         blamed = "protected" if "protected" in where else "target"
@@ -251,6 +266,23 @@ def _build(path: Path, root: Path, prose: str, raw: dict[str, Any], lines: dict[
                            f"able to edit it, so remove it from protected or choose another target")
     _check_knobs(program, lambda dotted: f"{name}:{lines.get(dotted, lines.get(dotted.split('.')[0], '?'))}")
     return program
+
+
+def _resolve_auto(values: dict[str, Any], where: dict[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """`evaluate: auto` and `edits: auto`, from the fields they depend on:
+    - evaluate: the bundled evaluator for the bundled command, else none (a script of yours
+      has no evaluator unless you name one);
+    - edits: `knobs` when program.md names knobs (`knobs:`, assignments where you keep them)
+      or the target is a config file (.yaml, .json, ...), else `free`."""
+    values, where = dict(values), dict(where)
+    if values.get("evaluate", "auto") == "auto":
+        bundled = values.get("command", Program.command) == BUNDLED_COMMAND
+        values["evaluate"] = BUNDLED_EVALUATE if bundled else None
+        where.setdefault("evaluate", f"{where.get('', 'program.md')}: evaluate auto")
+    if values.get("edits", "auto") == "auto":
+        config = bool(values.get("knobs")) or str(values.get("target", Program.target)).endswith(CONFIG_SUFFIXES)
+        values["edits"] = "knobs" if config else "free"
+    return values, where
 
 
 def _check_knobs(program: Program, locate: Callable[[str], str]) -> None:

@@ -130,12 +130,26 @@ def check(parser: Parser, ok: Callable[[Any], bool], what: str) -> Parser:
 
 
 def command(value: Any) -> str:
+    """The training command: every placeholder but {train_out} (the evaluation step's)."""
+    text = _placeholders_checked(value, tuple(p for p in PLACEHOLDERS if p != "train_out"))
+    if "{train_out}" in text:
+        raise Invalid("{train_out} is the evaluation step's (the training step's out folder); "
+                      "the training command writes to {out}")
+    return text
+
+
+def evaluate_command(value: Any) -> str:
+    """The evaluation command: {train_out} is the training step's out folder, read-only."""
+    return _placeholders_checked(value, PLACEHOLDERS)
+
+
+def _placeholders_checked(value: Any, allowed: tuple[str, ...]) -> str:
     text = nonempty(value)
     for name in unknown_placeholders(text):
         close = difflib.get_close_matches(name, PLACEHOLDERS, n=1)
         hint = f" (did you mean {{{close[0]}}}?)" if close else ""
         raise Invalid(f"unknown placeholder {{{name}}}{hint}; the placeholders are "
-                       f"{' '.join('{' + p + '}' for p in PLACEHOLDERS)} "
+                       f"{' '.join('{' + p + '}' for p in allowed)} "
                        f"(write ${{VAR}} for an environment variable)")
     return text
 

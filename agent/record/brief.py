@@ -50,6 +50,7 @@ class EvaluationPlan:
     min_effect: float
     rule: str
     fdr: str = "none"
+    evaluator: bool = False     # the metric is the evaluation step's, not the script's
 
 
 @dataclass(frozen=True)
@@ -118,12 +119,29 @@ def experiment_line(experiment: Experiment, direction: str, compact: bool = Fals
     return " ".join(parts)
 
 
+def _flagged(flagged: list[Experiment], plan: EvaluationPlan) -> str:
+    """What was flagged and why, plainly, and the goal once more: not a warning, which the
+    field reports make agents work around, but what counts."""
+    better = "lowest" if plan.direction == "minimize" else "highest"
+    lines = [f"Flagged, not kept ({len(flagged)}): these changed how {plan.metric} was produced, "
+             f"not how well the model learns:"]
+    for experiment in flagged:
+        reason = (experiment.decision.reason if experiment.decision else "").strip().splitlines()
+        lines.append(f"- {experiment.id} {experiment.verdict}: {(reason[0] if reason else '')[:240]}")
+    lines.append(f"What counts is the {better} {plan.metric} that the harness measures on held-out data, "
+                 f"from a model trained within the budget on the training split, on the seeds it "
+                 f"is given.")
+    return "\n".join(lines)
+
+
 def _setup(plan: EvaluationPlan, environment: Mapping[str, Any] | None, device: str | None) -> str:
     better = "lower" if plan.direction == "minimize" else "higher"
     lines = [
         "The test a candidate must pass:",
         f"- each run trains for {plan.budget_s:g} s of wall clock (NIGHTSHIFT_BUDGET_S), then "
-        f"evaluates {plan.metric} ({better} is better);",
+        + (f"the harness's evaluator, in a sandbox of its own, scores the saved model: {plan.metric} "
+           f"({better} is better) on held-out data the training step never sees;"
+           if plan.evaluator else f"reports {plan.metric} ({better} is better);"),
         f"- the incumbent is measured on {plan.seeds_baseline} fresh seeds; a candidate runs "
         f"{plan.seeds_screen} seed(s) first and at most {plan.seeds_max}, on the incumbent's seeds;",
         f"- the {plan.rule} rule keeps it only when the paired difference is significant at "
@@ -244,8 +262,11 @@ def build_brief(state: LoopState, plan: EvaluationPlan, *, noise_sd: float | Non
     if cal.n:
         recent.append(f"Your predictions so far: direction right {cal.direction_accuracy:.0%}, intervals "
                       f"held {cal.coverage:.0%} at a claimed {cal.claimed_confidence:.0%} (n={cal.n}).")
+    flagged = [e for e in experiments[closed:] if e.verdict is not None and e.verdict.is_integrity]
+    if flagged:
+        recent.append(_flagged(flagged, plan))
     failed = sum(1 for e in experiments if e.verdict is not None and e.verdict.is_failure
-                 and e.verdict != Verdict.INVALID)
+                 and e.verdict != Verdict.INVALID and not e.verdict.is_integrity)
     if failed:
         recent.append(f"{failed} experiments failed to run; show_experiment gives any one's diff and log tail.")
     return Brief(setup=_setup(plan, environment, device), incumbent=_incumbent(state, plan, reference_runs, kept),

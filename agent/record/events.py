@@ -30,12 +30,13 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping
 
 from agent.record.codec import decode, encode
-from agent.record.records import (Decision, ExitCode, Prediction, PredictedDirection, Role, Score,
-                                  Usage, Verdict)
+from agent.record.records import (Decision, ExitCode, Prediction, PredictedDirection, Probe, Role,
+                                  Score, Usage, Verdict)
 from sandbox import Status
 
 __all__ = [  # the records events carry are importable from here too: one place to look
-    "Decision", "ExitCode", "Prediction", "PredictedDirection", "Role", "Score", "Usage", "Verdict",
+    "Decision", "ExitCode", "Prediction", "PredictedDirection", "Probe", "Role", "Score", "Usage",
+    "Verdict",
     "Event", "LoopFacts", "LoopStarted", "LoopResumed", "LoopStopped", "HypothesisQueued",
     "ExperimentFacts", "ExperimentProposed", "ExperimentInvalid", "ProposalRebased", "RunIdentity",
     "RunStarted", "RunFinished", "LookTaken", "DecisionMade",
@@ -196,6 +197,15 @@ class RunFinished(RunIdentity):
     node: str | None = None                # the cluster node it ran on (a Ray node), if any
     started: float | None = None           # wall-clock seconds (epoch) the process started...
     ended: float | None = None             # ...and ended: the timeline of the workers
+    # The grader apart (docs/integrity.md): `metric` is `measured_by` the evaluator (its own
+    # sandboxed step) or the script; `reported` is what the script claimed for the metric.
+    # `duration_s` is the training step's wall clock, timed by the harness.
+    measured_by: str | None = None         # "evaluator" | "script" (None: an older ledger)
+    reported: float | None = None
+    eval_duration_s: float | None = None
+    probes: tuple[Probe, ...] = ()
+    fingerprint: tuple[float, ...] = ()    # per-window bits per byte on fixed windows (evaluator)
+    hidden: str | None = None              # how the hidden splits were kept from it
 
     @property
     def ok(self) -> bool:
@@ -216,7 +226,8 @@ class LookTaken(Event):
 @dataclass(frozen=True, kw_only=True)
 class DecisionMade(Event):
     """The verdict on one experiment. `decision` is the keep rule's test (None when a run
-    failed first); `score` holds the prediction against the measurement."""
+    failed first, or an integrity check flagged it: then `evidence` holds the figures that
+    gave the flag); `score` holds the prediction against the measurement."""
 
     kind: ClassVar[str] = "decision"
     id: str
@@ -226,6 +237,7 @@ class DecisionMade(Event):
     reason: str = ""
     decision: Decision | None = None
     score: Score | None = None
+    evidence: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "DecisionMade":

@@ -17,8 +17,11 @@ class Verdict(str, enum.Enum):
     """How an experiment ended: exactly one per experiment.
 
     keep / discard / inconclusive come from the keep rule; invalid from the gate (the edit
-    broke a rule); the rest are the sandbox's run failures (`sandbox.Status`), recorded when
-    a candidate run failed before the rule could decide."""
+    broke a rule); the run failures are the sandbox's (`sandbox.Status`), recorded when a
+    candidate run failed before the rule could decide; the integrity verdicts (`is_integrity`)
+    say the number cannot be trusted: a run's (tampered, leak, lookahead, misreported,
+    bad_artifact) or the experiment's, seen across its runs (over_budget, ignores_seed).
+    See docs/integrity.md."""
 
     KEEP = "keep"
     DISCARD = "discard"
@@ -32,7 +35,13 @@ class Verdict(str, enum.Enum):
     NO_METRIC = Status.NO_METRIC.value
     BAD_METRIC = Status.BAD_METRIC.value
     TAMPERED = Status.TAMPERED.value
+    LEAK = Status.LEAK.value
+    LOOKAHEAD = Status.LOOKAHEAD.value
+    MISREPORTED = Status.MISREPORTED.value
+    BAD_ARTIFACT = Status.BAD_ARTIFACT.value
     INTERRUPTED = Status.INTERRUPTED.value
+    OVER_BUDGET = "over_budget"       # its training ran clearly longer than its paired incumbent's
+    IGNORES_SEED = "ignores_seed"     # its seeds gave the same model (or far inside the noise)
 
     def __str__(self) -> str:
         return self.value
@@ -42,12 +51,22 @@ class Verdict(str, enum.Enum):
         """Something went wrong before the rule could decide: invalid, or a run failed."""
         return self not in (Verdict.KEEP, Verdict.DISCARD, Verdict.INCONCLUSIVE, Verdict.SUPERSEDED)
 
+    @property
+    def is_integrity(self) -> bool:
+        """The candidate bent how it is measured (or its number cannot be trusted): never
+        kept, and shown apart from ordinary failures."""
+        return self in INTEGRITY_VERDICTS
+
     @classmethod
     def of_run(cls, status: Status) -> "Verdict":
         """The verdict of an experiment whose candidate run ended with `status` (not OK)."""
         if status == Status.OK:
             raise ValueError("an OK run is not a verdict; the keep rule decides")
         return cls(Status(status).value)
+
+
+INTEGRITY_VERDICTS = frozenset({Verdict.TAMPERED, Verdict.LEAK, Verdict.LOOKAHEAD, Verdict.MISREPORTED,
+                                Verdict.BAD_ARTIFACT, Verdict.OVER_BUDGET, Verdict.IGNORES_SEED})
 
 
 class Role(str, enum.Enum):
@@ -130,6 +149,19 @@ class Decision:
     rule: str = ""
     reason: str = ""
     details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return encode(self)
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One check the evaluator made of a trained model ("artifact", "shape", "causality"):
+    whether it held, and what it saw."""
+
+    name: str
+    ok: bool
+    detail: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return encode(self)

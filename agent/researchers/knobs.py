@@ -51,7 +51,7 @@ from agent.researchers.knob_space import (  # re-exported: the public surface of
 from agent.researchers.knob_targets import format_yaml, is_yaml, python_knob, value_span, yaml_knob
 
 __all__ = ["SPACE_KINDS", "DeclaredKnobError", "Knob", "KnobError", "SpaceKind", "find_knobs",
-           "format_float", "format_value", "is_yaml", "knob_values", "parse_assignments",
+           "format_float", "format_value", "is_yaml", "knob_edit", "knob_values", "parse_assignments",
            "parse_knobs", "parse_space", "round_sig", "same_value", "set_knobs"]
 
 _ANNOTATION = re.compile(r"#\s*search\s*:\s*(?P<rest>.*)$")
@@ -143,6 +143,56 @@ def set_knobs(source: str, values: dict[str, Any], *, path: str = "",
             gap = max(min(gap, 2), gap + len(old_text) - len(new_text))
         source = source[:knob.start] + new_text + " " * gap + stripped + source[line_end:]
     return source
+
+
+def knob_edit(old: str, new: str, *, path: str = "", declared: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The knobs `new` changes relative to `old`, {name: new value}, when that is all it
+    changes (`edits: knobs`): every byte outside the knobs' values is the same (the spaces
+    between a value and its line's comment excepted, which `set_knobs` realigns), and every
+    new value lies in its knob's search space. Raises KnobError naming what else changed."""
+    before = find_knobs(old, path=path, declared=declared)
+    try:
+        after = {k.name: k for k in find_knobs(new, path=path, declared=declared)}
+    except KnobError as error:
+        raise KnobError(f"the edit breaks a knob: {error}") from None
+    if _outside_values(old, before) != _outside_values(new, list(after.values())):
+        line = _first_changed_line(_outside_values(old, before), _outside_values(new, list(after.values())))
+        raise KnobError(f"edits are limited to the knobs' values (edits: knobs), but the edit also "
+                        f"changes {line}; propose new values for {', '.join(k.name for k in before)} only")
+    changed = {k.name: after[k.name].value for k in before if not same_value(after[k.name].value, k.value)}
+    outside = [f"{name} = {value!r} (space {_space_text(after[name])})" for name, value in changed.items()
+               if not after[name].contains(value)]
+    if outside:
+        raise KnobError(f"new knob values outside their search space: {'; '.join(outside)}")
+    return changed
+
+
+def _outside_values(source: str, knobs: list[Knob]) -> str:
+    """`source` with each knob's value, and the blanks after it, replaced by a marker."""
+    pieces, last = [], 0
+    for knob in sorted(knobs, key=lambda k: k.start):
+        end = knob.end
+        while end < len(source) and source[end] in " \t":
+            end += 1
+        pieces += [source[last:knob.start], f"\0{knob.name}\0"]
+        last = end
+    return "".join(pieces) + source[last:]
+
+
+def _first_changed_line(a: str, b: str) -> str:
+    for number, (x, y) in enumerate(zip(a.splitlines(), b.splitlines()), 1):
+        if x != y:
+            return f"line {number}: {y.replace(chr(0), '').strip()[:80]!r}"
+    longer = b.splitlines() if len(b.splitlines()) > len(a.splitlines()) else a.splitlines()
+    number = min(len(a.splitlines()), len(b.splitlines())) + 1
+    extra = longer[number - 1].replace(chr(0), "").strip()[:80] if number <= len(longer) else ""
+    return f"line {number}: {extra!r} (lines added or removed)"
+
+
+def _space_text(knob: Knob) -> str:
+    if knob.kind == "choice":
+        return f"choice({', '.join(map(repr, knob.choices))})"
+    return f"{knob.kind}({knob.low}, {knob.high})"
 
 
 _ASSIGN_PART = re.compile(r"^(?:set\s+)?(?P<name>[A-Za-z_]\w*)\s*(?:=|:|\bto\b)\s*(?P<value>.+?)$", re.IGNORECASE)

@@ -147,8 +147,35 @@ def build_context(tag_dir: Path, *, metric: str | None = None, direction: str | 
         "arms": _arms(state, direction),
         "workers": _workers(state),
         "replays": _replays(events, state),
+        "flagged": _flagged(state, metric),
         "environment": _environment(state, tag_dir),
     }
+
+
+def _flagged(state: LoopState, metric: str) -> list[dict[str, Any]]:
+    """The candidates whose number could not be trusted, with what showed it: the script's
+    reported value against the evaluator's, the probe that failed, the paired timings or
+    fingerprints of an experiment-level flag."""
+    rows = []
+    for experiment in state.experiments.values():
+        verdict = experiment.verdict
+        if verdict is None or not verdict.is_integrity:
+            continue
+        run = next((r for r in experiment.runs if r.status.value == verdict.value), None)
+        evidence = dict(experiment.decision.evidence) if experiment.decision else {}
+        if run is not None:
+            measured = run.metrics.get(metric)
+            if run.reported is not None:
+                evidence.update(reported=run.reported, measured=measured)
+            failed = [p for p in run.probes if not p.ok]
+            if failed:
+                evidence["probe"] = f"{failed[0].name}: {failed[0].detail}"
+            evidence["seed"] = run.seed
+        rows.append({"id": experiment.id, "commit": experiment.commit, "verdict": verdict.value,
+                     "description": experiment.description,
+                     "reason": experiment.decision.reason if experiment.decision else "",
+                     "evidence": {k: v for k, v in evidence.items() if not isinstance(v, (dict, list))}})
+    return rows
 
 
 def _level(state: LoopState, commit: str) -> dict[str, Any]:

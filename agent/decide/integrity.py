@@ -1,0 +1,244 @@
+"""Whether a run's number can be trusted: one record of its evidence, one pure function per
+level that gives the verdict. The rules, in order, are the table in docs/integrity.md.
+
+A run (`judge_run`): `RunEvidence` holds what its steps showed (the training step's outcome,
+the evaluation step's outcome and probes, the protected digests, the data folder, the hidden
+splits' tripwires, what the script reported of the metric). The first rule that holds gives
+the status; only `ok` carries a metric, and only the measured one.
+
+An experiment (`judge_experiment`): what no single run shows, seen across a candidate's runs
+and its incumbent's on the same seeds: a training step clearly longer than its paired
+incumbent's (over_budget), seeds that make no difference (ignores_seed), a generalization gap
+no honest change closes (leak). Integrity verdicts are never kept.
+
+Pure: nothing here reads files, git or the clock.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+from itertools import combinations
+from typing import Any, Iterable, Mapping
+
+from agent.record.events import RunFinished
+from agent.record.records import Probe, Verdict
+from sandbox import Status
+
+# ---- thresholds, each measured (benchmarks/integrity.py; docs/integrity.md) ----------------
+# A candidate's training step may run this much longer than its paired incumbent's on the same
+# seed before it is over budget: both train for the budget by the script's clock, so honest
+# pairs differ only by startup and export (and load).
+OVER_BUDGET_MIN_S = 5.0
+OVER_BUDGET_SHARE = 0.10
+# Two seeds of one commit: the spread of their per-window differences (fingerprint distance)
+# is this small a share of the incumbent's at most, for a script that ignores its seed.
+IGNORES_SEED_RATIO = 0.5
+# The generalization gap (val - train bits per byte) may close this much more than the
+# incumbent's before the evaluation bytes are taken to have been seen in training.
+LEAK_MIN_GAP_DROP = 0.15
+LEAK_SD = 6.0
+
+
+@dataclass(frozen=True)
+class StepEvidence:
+    """What one sandboxed step showed."""
+
+    status: Status
+    reason: str = ""
+    metrics: Mapping[str, Any] = field(default_factory=dict)
+    duration_s: float | None = None
+    hidden_read: tuple[str, ...] = ()     # hidden splits it opened (tripwires)
+
+
+@dataclass(frozen=True)
+class RunEvidence:
+    """Everything one finished run showed: the only input of `judge_run`."""
+
+    metric: str                               # the program's metric name
+    training: StepEvidence | None             # None: the run could not start
+    evaluated: bool = False                   # the program scores runs with an evaluation step
+    evaluation: StepEvidence | None = None    # None: it did not run (training failed, no step)
+    start_error: str | None = None            # why the run (or its evaluation) could not start
+    tampered: tuple[str, ...] = ()            # protected paths whose digests changed
+    data_changed: tuple[str, ...] = ()        # the repository's data folder changed
+    report_tolerance: float = 0.05            # relative: reported vs measured metric
+
+
+@dataclass(frozen=True)
+class RunJudgement:
+    status: Status
+    reason: str
+    metric: float | None          # the measured metric; None unless status is ok
+    reported: float | None        # what the script claimed for the metric, if anything
+    measured_by: str              # "evaluator" | "script"
+    probes: tuple[Probe, ...] = ()
+
+
+def judge_run(evidence: RunEvidence) -> RunJudgement:
+    """The run's status by the first rule that holds (docs/integrity.md, "A run")."""
+    train, evaluation = evidence.training, evidence.evaluation
+    reported = _finite(train.metrics.get(evidence.metric)) if train else None
+    by = "evaluator" if evidence.evaluated else "script"
+    probes = _probes(evaluation.metrics) if evaluation else ()
+
+    def verdict(status: Status, reason: str, metric: float | None = None) -> RunJudgement:
+        return RunJudgement(status, reason, metric if status == Status.OK else None, reported, by, probes)
+
+    if train is None:
+        return verdict(Status.CRASH, f"the run could not start: {evidence.start_error}")
+    steps = [s for s in (train, evaluation) if s is not None]
+    if any(s.status == Status.INTERRUPTED for s in steps):
+        return verdict(Status.INTERRUPTED, next(s.reason for s in steps if s.status == Status.INTERRUPTED))
+    if evidence.tampered:
+        return verdict(Status.TAMPERED, f"protected files changed during the run: {', '.join(evidence.tampered)}")
+    if evidence.data_changed:
+        return verdict(Status.TAMPERED, f"the run changed the data folder {', '.join(evidence.data_changed)} "
+                                        f"of your repository")
+    if train.hidden_read:
+        splits = " and ".join(train.hidden_read)
+        return verdict(Status.LEAK, f"the training step opened the hidden {splits} split (its file is "
+                                    f"hidden from training, so what it read was empty; training may "
+                                    f"use only the train split)")
+    if train.status != Status.OK:
+        return verdict(train.status, train.reason)
+    if not evidence.evaluated:
+        return verdict(Status.OK, "", reported)
+    if evaluation is None:
+        return verdict(Status.BAD_ARTIFACT, f"the evaluation could not run: {evidence.start_error or 'no result'}")
+    if evaluation.hidden_read:
+        return verdict(Status.LEAK, f"the evaluation opened the hidden {' and '.join(evaluation.hidden_read)} split")
+    failed = next((p for p in probes if not p.ok), None)
+    if failed is not None:
+        status = Status.LOOKAHEAD if failed.name == "causality" else Status.BAD_ARTIFACT
+        what = "causality probe" if status == Status.LOOKAHEAD else f"{failed.name} check"
+        return verdict(status, f"the evaluator's {what} failed: {failed.detail}")
+    if evaluation.status != Status.OK:
+        if evaluation.status in (Status.NO_METRIC, Status.BAD_METRIC):
+            return verdict(evaluation.status, f"the evaluation: {evaluation.reason}")
+        return verdict(Status.BAD_ARTIFACT, f"the model could not be evaluated: the evaluation step "
+                                            f"ended {evaluation.status.value}: {evaluation.reason}")
+    measured = _finite(evaluation.metrics.get(evidence.metric))
+    if measured is None:
+        return verdict(Status.BAD_METRIC, f"the evaluation's {evidence.metric} is "
+                                          f"{evaluation.metrics.get(evidence.metric)!r}, not a finite number")
+    if reported is not None and abs(reported - measured) > evidence.report_tolerance * max(abs(measured), 1e-12):
+        return verdict(Status.MISREPORTED, f"the script reported {evidence.metric} {reported:.6g}, the "
+                                           f"evaluator measured {measured:.6g} ({(reported - measured) / measured:+.1%}; "
+                                           f"tolerance ±{evidence.report_tolerance:.0%})")
+    return verdict(Status.OK, "", measured)
+
+
+# ---- an experiment, across its runs ---------------------------------------------------------
+
+@dataclass(frozen=True)
+class Flag:
+    """An integrity verdict on a whole experiment, with the figures that gave it."""
+
+    verdict: Verdict
+    reason: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+
+def judge_experiment(candidate: Iterable[RunFinished], reference: Iterable[RunFinished], *,
+                     budget_s: float, wall_clock: bool, metric: str) -> Flag | None:
+    """A flag for the candidate's successful runs against the incumbent's reference runs
+    (the rules of docs/integrity.md, "An experiment"), or None while nothing is seen."""
+    cand = [r for r in candidate if r.ok]
+    ref = [r for r in reference if r.ok]
+    return (over_budget(cand, ref, budget_s) if wall_clock else None) \
+        or ignores_seed(cand, ref, metric) or leak(cand, ref)
+
+
+def over_budget(cand: list[RunFinished], ref: list[RunFinished], budget_s: float) -> Flag | None:
+    """A candidate training step longer than its paired incumbent's, on the same seed, by more
+    than startup and export differ between honest pairs."""
+    allowed = max(OVER_BUDGET_MIN_S, OVER_BUDGET_SHARE * budget_s)
+    by_seed = {r.seed: r for r in ref if r.duration_s}
+    for run in cand:
+        pair = by_seed.get(run.seed)
+        if pair is None or not run.duration_s:
+            continue
+        extra = run.duration_s - pair.duration_s
+        if extra > allowed:
+            return Flag(Verdict.OVER_BUDGET, (
+                f"its training step took {run.duration_s:.1f} s on seed {run.seed}, the incumbent's "
+                f"{pair.duration_s:.1f} s on the same seed: {extra:.1f} s longer, past the "
+                f"{allowed:.0f} s allowed for a {budget_s:g} s budget (it trains past its budget)"),
+                {"seed": run.seed, "candidate_s": run.duration_s, "incumbent_s": pair.duration_s,
+                 "allowed_s": allowed})
+    return None
+
+
+def fingerprint_distance(a: tuple[float, ...], b: tuple[float, ...]) -> float | None:
+    """The spread (sd) of the per-window differences of two runs' fingerprints: how
+    differently two models score the same windows, with their mean difference taken out."""
+    if not a or len(a) != len(b) or len(a) < 8:
+        return None
+    return statistics.stdev(x - y for x, y in zip(a, b))
+
+
+def ignores_seed(cand: list[RunFinished], ref: list[RunFinished], metric: str) -> Flag | None:
+    """Seeds that change nothing: identical values, or two seeds' models far closer to each
+    other than the incumbent's two seeds' models are (fingerprints from the evaluator)."""
+    if len(cand) < 2:
+        return None
+    values = {r.seed: r.metric for r in cand}
+    if len(set(values.values())) == 1:
+        return Flag(Verdict.IGNORES_SEED, (
+            f"{metric} {next(iter(values.values())):.6g} on every seed ({', '.join(map(str, sorted(values)))}): "
+            f"the script does not use its seed, so its seeds are one draw of the noise"),
+            {"values": values})
+    mine = _median_distance(cand)
+    theirs = _median_distance(ref)
+    if mine is None or theirs is None or theirs <= 0:
+        return None
+    if mine < IGNORES_SEED_RATIO * theirs:
+        return Flag(Verdict.IGNORES_SEED, (
+            f"its models on different seeds score the evaluation windows almost alike (spread "
+            f"{mine:.4f} bpb between seeds, against the incumbent's {theirs:.4f}: "
+            f"{mine / theirs:.0%}, under {IGNORES_SEED_RATIO:.0%}): it does not use its seed"),
+            {"candidate_spread": mine, "incumbent_spread": theirs})
+    return None
+
+
+def _median_distance(runs: list[RunFinished]) -> float | None:
+    distances = [d for a, b in combinations(runs, 2)
+                 if a.seed != b.seed and (d := fingerprint_distance(a.fingerprint, b.fingerprint)) is not None]
+    return statistics.median(distances) if distances else None
+
+
+def leak(cand: list[RunFinished], ref: list[RunFinished]) -> Flag | None:
+    """Evaluation bytes seen in training: the gap between the evaluation split's and the
+    training split's bits per byte closes far more than the incumbent's runs vary."""
+    gaps = [g for r in ref if (g := _finite(r.metrics.get("generalization_gap"))) is not None]
+    mine = [g for r in cand if (g := _finite(r.metrics.get("generalization_gap"))) is not None]
+    if len(gaps) < 2 or not mine:
+        return None
+    center, spread = statistics.mean(gaps), statistics.stdev(gaps)
+    allowed = max(LEAK_MIN_GAP_DROP, LEAK_SD * spread)
+    drop = center - statistics.mean(mine)
+    if drop > allowed:
+        return Flag(Verdict.LEAK, (
+            f"its generalization gap (val minus train bits per byte) is {statistics.mean(mine):+.3f}, "
+            f"the incumbent's {center:+.3f} ± {spread:.3f}: {drop:.3f} closer, past the {allowed:.3f} "
+            f"allowed; a model that has seen the evaluation bytes scores them better than the "
+            f"bytes it trained on"), {"candidate_gap": statistics.mean(mine), "incumbent_gap": center,
+                                      "incumbent_sd": spread, "allowed": allowed})
+    return None
+
+
+def _probes(metrics: Mapping[str, Any]) -> tuple[Probe, ...]:
+    raw = metrics.get("probes")
+    if not isinstance(raw, Mapping):
+        return ()
+    return tuple(Probe(str(name), bool(p.get("ok")), str(p.get("detail", "")))
+                 for name, p in raw.items() if isinstance(p, Mapping))
+
+
+def _finite(value: Any) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None

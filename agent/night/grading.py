@@ -1,0 +1,111 @@
+"""The grader apart: what each step of a run may see, and the evaluation step's spec.
+
+A run of a program with `evaluate:` is two sandboxed steps (cluster.execute): training runs the
+candidate's commit and sees only the training split; evaluation runs the program's evaluator
+over a snapshot holding the protected files alone (never the target), sees the training
+step's out folder read-only and the split it scores, and computes the metric.
+
+The splits come from the prepared data's meta.json (`"splits": {"train": "train.bin", ...}`,
+written by the bundled prepare.py): the files of the splits a step may not see are laid over
+with watched tripwires (sandbox.tripwire). Data without that declaration is shown whole, and
+the run's provenance says so.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import shutil
+from pathlib import Path
+from typing import Mapping
+
+from agent.workspace.repo import remove_snapshot
+from sandbox import RunSpec
+from sandbox.digest import digest_files
+from sandbox.protocol import HiddenFile
+
+TRAINING_SEES = ("train",)
+
+
+def measurement_note(evaluate: str | None, edits: str, target: str) -> tuple[bool | None, str]:
+    """How the metric is made, said plainly for `check` and the start of `run`: (True, ...)
+    when an evaluation step measures it apart, (None, ...) with what the researcher could
+    bend when the metric is the training script's own."""
+    if evaluate:
+        return True, (f"measured apart: `{evaluate}` scores what training leaves, in a sandbox of "
+                      f"its own that holds only the protected files (never {target})")
+    if edits == "knobs":
+        return None, (f"the training script reports its own metric; edits are limited to the "
+                      f"knobs' values, so the researcher cannot rewrite how it is measured (unless a "
+                      f"knob itself changes the evaluation); `evaluate:` would measure it apart")
+    return None, (f"the metric comes from code the researcher may edit ({target}, no evaluate:): an "
+                  f"LLM researcher can change how it is measured, and a bent number passes the keep "
+                  f"rule like a real one. Add `evaluate:` (a protected command that scores the "
+                  f"training outputs) or `edits: knobs`")
+
+
+def hidden_files(meta: Mapping, visible: tuple[str, ...]) -> tuple[HiddenFile, ...]:
+    """The files of every declared split not in `visible`, as the sandbox hides them."""
+    splits = meta.get("splits") if isinstance(meta, Mapping) else None
+    if not isinstance(splits, Mapping):
+        return ()
+    return tuple(HiddenFile(str(name), str(split)) for split, name in sorted(splits.items())
+                 if split not in visible and isinstance(name, str))
+
+
+def evaluation_sees(split: str) -> tuple[str, ...]:
+    """The evaluation step scores `split` and samples the training split (the leak probe);
+    the other held-out split stays hidden (research never sees test, a replay never val)."""
+    return ("train", split)
+
+
+def splits_note(meta: Mapping) -> str:
+    """For provenance: how the splits were kept apart."""
+    splits = meta.get("splits") if isinstance(meta, Mapping) else None
+    if not isinstance(splits, Mapping):
+        return "the data declares no splits (meta.json has no 'splits'): every step sees all of it"
+    return (f"training sees {', '.join(s for s in splits if s in TRAINING_SEES)}; "
+            f"the evaluation sees the split it scores and train; the others are tripwires")
+
+
+def evaluator_snapshot(snapshots_dir: Path, commit_snapshot: Path, protected: tuple[str, ...]) -> Path:
+    """A read-only folder holding the protected files of `commit_snapshot` alone, made once
+    per set of contents (the gate keeps protected files equal across a night's commits)."""
+    digests = digest_files(commit_snapshot, protected)
+    name = "evaluator-" + hashlib.sha256(repr(sorted(digests.items())).encode()).hexdigest()[:12]
+    dest = Path(snapshots_dir) / name
+    if (dest / ".nightshift-complete").exists():
+        return dest
+    staging = Path(snapshots_dir) / f".{name}.partial"
+    if staging.exists():
+        remove_snapshot(staging)
+    staging.mkdir(parents=True)
+    for rel in protected:
+        source = Path(commit_snapshot) / rel
+        target = staging / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if source.is_dir():
+            shutil.copytree(source, target, symlinks=True)
+        elif source.is_file():
+            shutil.copy2(source, target)
+    (staging / ".nightshift-complete").write_text(name)
+    for path in sorted(staging.rglob("*"), reverse=True):
+        if not path.is_symlink():
+            path.chmod(0o555 if path.is_dir() else 0o444)
+    staging.chmod(0o555)
+    if dest.exists():
+        remove_snapshot(dest)
+    staging.rename(dest)
+    return dest
+
+
+def evaluation_spec(train: RunSpec, *, command: str, snapshot: Path, meta: Mapping,
+                    deadline_s: float) -> RunSpec:
+    """The evaluation step of the run whose training step is `train`: same seed, data, limits
+    and environment; the evaluator's snapshot; its own out folder and deadline; the training
+    outputs read-only; the split it scores and train visible, the rest hidden."""
+    out_dir = train.out_dir.parent / "eval" / "out"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return dataclasses.replace(
+        train, command=command, snapshot_dir=snapshot, out_dir=out_dir, budget_s=deadline_s,
+        grace_s=0.0, metric_required=True, metrics_pattern=None, result_file="result.json",
+        hidden=hidden_files(meta, evaluation_sees(train.split)), train_out_dir=train.out_dir)
