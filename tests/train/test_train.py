@@ -49,36 +49,50 @@ def patched_snapshot(tmp_path: Path, **knobs: str) -> Path:
     return snapshot
 
 
-def test_a_short_run_reports_a_finite_metric_and_a_summary(tmp_path, data_dir):
-    proc = run_train(REPO, data_dir, tmp_path / "out")
+def run_evaluate(snapshot: Path, data_dir: Path, train_out: Path, out: Path, split: str = "val"):
+    env = {**os.environ, "NIGHTSHIFT_OUT": str(out), "NIGHTSHIFT_TRAIN_OUT": str(train_out),
+           "NIGHTSHIFT_DATA": str(data_dir), "NIGHTSHIFT_SPLIT": split}
+    return subprocess.run([sys.executable, "train/evaluate.py"], cwd=snapshot, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def training_only(data_dir: Path, tmp_path: Path) -> Path:
+    """The data as the training step sees it: the training split and meta.json alone."""
+    folder = tmp_path / "train-only"
+    folder.mkdir()
+    for name in ("train.bin", "meta.json"):
+        shutil.copyfile(data_dir / name, folder / name)
+    return folder
+
+
+def test_a_short_run_trains_on_the_training_split_alone_and_saves_a_model_the_evaluator_scores(tmp_path, data_dir):
+    proc = run_train(REPO, training_only(data_dir, tmp_path), tmp_path / "out")
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads((tmp_path / "out" / "result.json").read_text())
-    assert math.isfinite(result["val_bpb"]) and 0 < result["val_bpb"] < 8
-    assert result["split"] == "val" and result["status"] == "ok" and result["device"] == "cpu"
+    assert "val_bpb" not in result and (tmp_path / "out" / "model.pt2").is_file()   # it measures nothing
+    assert result["status"] == "ok" and result["device"] == "cpu" and result["export_seconds"] > 0
     assert result["steps"] > 0 and result["tokens"] > 0 and result["params"] > 0
     assert 3 <= result["train_seconds"] < result["total_seconds"] and result["mfu"] is None
     assert result["knobs"]["LR"] > 0 and math.isfinite(result["grad_norm"])
     assert math.isfinite(result["update_ratio"]) and result["update_ratio"] >= 0   # 0 while warming up
     assert result["tokens_per_s"] == pytest.approx(result["tokens"] / result["train_seconds"])
     assert result["flops_per_s"] == pytest.approx(6 * result["params"] * result["tokens_per_s"])
-    assert result["peak_memory_mb"] > 0 and result["eval_seconds"] > 0 and result["seed"] == 1
+    assert result["peak_memory_mb"] > 0 and result["seed"] == 1
     assert set(result["knobs"]) >= {"N_LAYER", "N_EMBD", "OPTIMIZER", "BATCH_SIZE", "CONTEXT_LEN"}
     assert re.search(r"^step 0 \| loss [\d.]+ \| lr \S+ \|.* elapsed [\d.]+s$", proc.stdout, re.M)
     summary = proc.stdout.split("\n---\n")[-1]
     values = dict(line.split(":", 1) for line in summary.strip().splitlines())
-    assert float(values["val_bpb"]) == pytest.approx(result["val_bpb"], rel=1e-5)
     for key in ("steps", "tokens_per_s", "train_seconds", "total_seconds", "peak_memory_mb",
-                "params", "grad_norm", "update_ratio", "train_loss", "device", "mfu"):
+                "params", "grad_norm", "update_ratio", "train_loss", "device", "mfu", "export_seconds"):
         assert key in values, f"summary lacks {key}"
 
-
-def test_the_test_split_keeps_the_metric_name(tmp_path, data_dir):
-    snapshot = patched_snapshot(tmp_path, N_LAYER="1", N_EMBD="64")   # smaller: this test checks names
-    proc = run_train(snapshot, data_dir, tmp_path / "out", split="test")
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    result = json.loads((tmp_path / "out" / "result.json").read_text())
-    assert result["split"] == "test" and math.isfinite(result["val_bpb"])
-    assert result["knobs"]["N_LAYER"] == 1
+    for split in ("val", "test"):   # the evaluator scores it, on the split it is told
+        graded = run_evaluate(REPO, data_dir, tmp_path / "out", tmp_path / f"eval-{split}", split)
+        assert graded.returncode == 0, graded.stderr[-2000:]
+        scored = json.loads((tmp_path / f"eval-{split}" / "result.json").read_text())
+        assert scored["split"] == split and 0 < scored["val_bpb"] < 8, scored
+        assert all(probe["ok"] for probe in scored["probes"].values()), scored["probes"]
+        assert f"val_bpb:" in graded.stdout.split("\n---\n")[-1]
 
 
 def test_a_diverging_run_fails_fast_with_exit_3_and_no_metric(tmp_path, data_dir):
@@ -113,7 +127,14 @@ model, x = namespace["model"], torch.randint(256, (3, namespace["context_len"]))
 with namespace["autocast"]():
     logits = model(x)
 loss = torch.nn.functional.cross_entropy(logits.float().view(-1, 256), x.view(-1))
-print("PROBE", json.dumps({"shape": list(logits.shape), "context": namespace["context_len"], "loss": loss.item()}))
+import evaluate   # what the harness does with it: export, then load, audit and probe it
+from pathlib import Path
+path = evaluate.save_model(model, namespace["context_len"], "exported", precision=namespace["autocast"])
+scorer = evaluate.Scorer(evaluate.load_model(Path(path)))
+windows = torch.randint(256, (64, namespace["context_len"] + 1))
+probe = evaluate.causality(scorer, windows, seed=3)
+print("PROBE", json.dumps({"shape": list(logits.shape), "context": namespace["context_len"], "loss": loss.item(),
+                           "causal": probe["ok"], "exported_context": scorer.context_len}))
 """
 
 
@@ -128,6 +149,7 @@ def test_the_model_maps_bytes_to_256_logits_per_position(tmp_path, data_dir, kno
     assert proc.returncode == 0, proc.stderr[-2000:]
     probe = json.loads(proc.stdout.split("PROBE ", 1)[1])
     assert probe["shape"] == [3, probe["context"], 256]
+    assert probe["causal"] and probe["exported_context"] == probe["context"]   # no knob trips a probe
     # a fresh model predicts nearly uniformly: its loss starts at ln(256) = 5.55, not far from it
     assert abs(probe["loss"] - math.log(256)) < 0.5, probe
 
