@@ -35,6 +35,9 @@ import json
 import math
 import operator
 import os
+# As in train.py: sleep, don't spin, between parallel regions (a spinning OpenMP thread whose
+# partner was preempted makes every op wait for it on a shared CPU; measured 11x slower).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import pickle
 import sys
 import time

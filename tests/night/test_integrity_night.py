@@ -27,7 +27,12 @@ VECTORS = {   # experiment id -> (the edit, the verdict it must get)
                "description": "train on the validation split"}, "leak"),
     "e0004": ({"replace": [BUDGET_LINE, BUDGET_LINE + " * 10"],
                "description": "train ten times the budget"}, "over_budget"),
-    "e0005": ({"replace": [SEED_LINE, "SEED = 1234"], "description": "a fixed seed"}, "ignores_seed"),
+    # A fixed seed, in a script that counts its steps: on a wall clock of 3 s on a busy machine
+    # the steps a run gets vary more than the seed matters (then a fixed seed buys nothing and
+    # the fingerprints rightly show no sameness); counted steps make it the harmful case, every
+    # run the same lucky draw.
+    "e0005": ({"replace": [[SEED_LINE, "SEED = 1234"], [LOOP_LINE, "while step < 30:"]],
+               "description": "a fixed seed, counted steps"}, "ignores_seed"),
     "e0006": ({"replace": [LOOP_LINE, "while False:"], "description": "skip training"}, None),
     "e0007": ({"source": "import json, os\nos.makedirs(os.environ['NIGHTSHIFT_OUT'], exist_ok=True)\n"
                          "json.dump({'val_bpb': 0.01}, open(os.path.join(os.environ['NIGHTSHIFT_OUT'], "

@@ -33,6 +33,10 @@ def test_loop_runs_records_and_resumes(tmp_path, data_root):
     assert first.returncode == 0, first.stdout + first.stderr
     state = loop_state(repo, "e2e")
     assert len(state.experiments) == 2 and state.pending is None
+    # honest knob changes are judged by the keep rule, never flagged; the evaluator measured them
+    assert not any(e.verdict.is_integrity for e in state.experiments.values()), \
+        [(e.id, e.verdict, e.decision.reason) for e in state.experiments.values()]
+    assert all(r.measured_by == "evaluator" and r.hidden == "tripwires" for r in state.runs if r.ok)
     baseline_refs = state.reference(state.base_commit)
     assert len(baseline_refs) >= 2      # the baseline seeds, plus any paired reference seeds
 

@@ -1,0 +1,130 @@
+"""The cost of the grader apart, and how often it flags an honest change.
+
+    python benchmarks/integrity.py [--overhead-runs 3] [--budget 60s]
+                                   [--experiments 20] [--night-budget 15s] [--skip-night]
+
+Two parts, both through the real CLI on a throw-away copy of the bundled target (local
+sandbox, CPU; run on idle cores and say so: load is the noise here):
+
+1. Overhead. `nightshift noise` runs the unmodified train.py `--overhead-runs` times at
+   `--budget` (60 s: the default night). Each run is the training step (train.py, timed by
+   the harness; it includes export) and the evaluation step (train/evaluate.py in its own
+   sandbox). Printed per run and as medians: the training step's wall time, the export
+   (train.py's own `export_seconds`), the evaluation step's wall time, and the share of the
+   run's wall time (both steps) spent in export and evaluation. Target: <= 10 %.
+   RewardHackingAgents reports 25-31 % for locking its evaluator.
+2. False flags. A night of `--experiments` honest knob changes by the Optuna researcher at
+   `--night-budget`, every candidate on two seeds (seeds: screen 2), so the seed check applies
+   to each. Counted: experiments given an integrity verdict (target 0), and for every one the
+   margin each experiment-level check had: over-budget (extra seconds against its paired
+   incumbent run vs the allowance), ignores-seed (the fingerprint spread as a share of the
+   incumbent's, flagged under 50 %), leak (how much the generalization gap closed vs the
+   allowance).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from agent.decide import integrity  # noqa: E402
+from agent.program import parse_duration  # noqa: E402
+from agent.record.events import Role  # noqa: E402
+from tests.loop_helpers import cli_env, loop_state, nightshift, project_repo  # noqa: E402
+
+
+def overhead(work: Path, runs: int, budget: str) -> None:
+    repo = project_repo(work / "overhead", budget=budget, sandbox="local", researcher="optuna")
+    env = cli_env(work / "data")
+    print(f"== overhead: {runs} runs of the unmodified train.py at {budget}, local sandbox")
+    started = time.time()
+    done = nightshift(repo, "noise", "--tag", "overhead", "--seeds", str(runs), env=env, timeout=runs * 600)
+    if done.returncode != 0:
+        print(done.stdout[-2000:], done.stderr[-2000:])
+        raise SystemExit("the noise runs failed")
+    state = loop_state(repo, "overhead")
+    rows = []
+    for run in state.runs:
+        train, evaluate = run.duration_s or 0.0, run.eval_duration_s or 0.0
+        export = float(run.metrics.get("export_seconds") or 0.0)
+        share = (export + evaluate) / (train + evaluate)
+        rows.append((train, export, evaluate, share))
+        print(f"  seed {run.seed}: training step {train:6.1f} s (export {export:.2f} s) | evaluation step "
+              f"{evaluate:5.2f} s | export + evaluation {share:.1%} of the run | val_bpb {run.metric:.4f}")
+    medians = [statistics.median(column) for column in zip(*rows)]
+    print(f"  median: training step {medians[0]:.1f} s, export {medians[1]:.2f} s, evaluation "
+          f"{medians[2]:.2f} s: {medians[3]:.1%} of a run's wall time (target <= 10 %; "
+          f"{time.time() - started:.0f} s for this part)")
+
+
+def false_flags(work: Path, experiments: int, budget: str) -> None:
+    repo = project_repo(work / "night", budget=budget, sandbox="local", researcher="optuna",
+                        seeds="{baseline: 4, screen: 2, max: 4}")
+    env = cli_env(work / "data")
+    print(f"\n== false flags: {experiments} honest knob changes (optuna) at {budget}, two seeds each")
+    started = time.time()
+    done = nightshift(repo, "run", "--tag", "honest", "--max-experiments", str(experiments), env=env,
+                      timeout=experiments * 1200)
+    if done.returncode != 0:
+        print(done.stdout[-2000:], done.stderr[-2000:])
+        raise SystemExit("the night failed")
+    state = loop_state(repo, "honest")
+    budget_s = parse_duration(budget)
+    flagged = 0
+    print(f"  {'id':6} {'verdict':12} {'extra s (allowed)':>18} {'seed spread':>12} {'gap closed (allowed)':>21}  change")
+    for experiment in state.experiments.values():
+        verdict = experiment.verdict.value if experiment.verdict else "running"
+        flagged += bool(experiment.verdict and experiment.verdict.is_integrity)
+        cand = [r for r in experiment.runs if r.ok]
+        ref = [r for r in state.runs if r.commit == experiment.parent and r.role == Role.REFERENCE and r.ok]
+        print(f"  {experiment.id:6} {verdict:12} {_extra(cand, ref, budget_s):>18} {_spread(cand, ref):>12} "
+              f"{_gap(cand, ref):>21}  {experiment.description[:50]}")
+    print(f"  flagged: {flagged} of {len(state.experiments)} honest experiments (target 0; "
+          f"{time.time() - started:.0f} s for this part)")
+
+
+def _extra(cand, ref, budget_s: float) -> str:
+    allowed = max(integrity.OVER_BUDGET_MIN_S, integrity.OVER_BUDGET_SHARE * budget_s)
+    pairs = {r.seed: r for r in ref}
+    extras = [r.duration_s - pairs[r.seed].duration_s for r in cand if r.seed in pairs]
+    return f"{max(extras):+.1f} ({allowed:.0f})" if extras else "-"
+
+
+def _spread(cand, ref) -> str:
+    mine, theirs = integrity._median_distance(cand), integrity._median_distance(ref)
+    return f"{mine / theirs:.0%}" if mine is not None and theirs else "-"
+
+
+def _gap(cand, ref) -> str:
+    gaps = [r.metrics["generalization_gap"] for r in ref if "generalization_gap" in r.metrics]
+    mine = [r.metrics["generalization_gap"] for r in cand if "generalization_gap" in r.metrics]
+    if len(gaps) < 2 or not mine:
+        return "-"
+    allowed = max(integrity.LEAK_MIN_GAP_DROP, integrity.LEAK_SD * statistics.stdev(gaps))
+    return f"{statistics.mean(gaps) - statistics.mean(mine):+.3f} ({allowed:.3f})"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--overhead-runs", type=int, default=3)
+    parser.add_argument("--budget", default="60s", help="the overhead runs' budget")
+    parser.add_argument("--experiments", type=int, default=20)
+    parser.add_argument("--night-budget", default="15s", help="the false-flag night's budget")
+    parser.add_argument("--skip-night", action="store_true", help="the overhead part only")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="nightshift-integrity-") as tmp:
+        work = Path(tmp)
+        if args.overhead_runs:
+            overhead(work, args.overhead_runs, args.budget)
+        if not args.skip_night:
+            false_flags(work, args.experiments, args.night_budget)
+
+
+if __name__ == "__main__":
+    main()
