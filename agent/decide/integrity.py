@@ -32,8 +32,12 @@ from sandbox import Status
 OVER_BUDGET_MIN_S = 5.0
 OVER_BUDGET_SHARE = 0.10
 # Two seeds of one commit: the spread of their per-window differences (fingerprint distance)
-# is this small a share of the incumbent's at most, for a script that ignores its seed.
-IGNORES_SEED_RATIO = 0.5
+# is this small a share of the incumbent's at most, for a script that ignores its seed. How
+# much two seeds' models differ shrinks as training converges, so the comparison is made only
+# for a candidate within IGNORES_SEED_BAND sd of the incumbent's values (a lucky fixed seed is
+# about one sd better; a model trained far longer or better is judged by the other checks).
+IGNORES_SEED_RATIO = 0.4
+IGNORES_SEED_BAND = 3.0
 # The generalization gap (val - train bits per byte) may close this much more than the
 # incumbent's before the evaluation bytes are taken to have been seen in training.
 LEAK_MIN_GAP_DROP = 0.15
@@ -191,7 +195,7 @@ def ignores_seed(cand: list[RunFinished], ref: list[RunFinished], metric: str) -
             {"values": values})
     mine = _median_distance(cand)
     theirs = _median_distance(ref)
-    if mine is None or theirs is None or theirs <= 0:
+    if mine is None or theirs is None or theirs <= 0 or not _comparable(cand, ref):
         return None
     if mine < IGNORES_SEED_RATIO * theirs:
         return Flag(Verdict.IGNORES_SEED, (
@@ -200,6 +204,15 @@ def ignores_seed(cand: list[RunFinished], ref: list[RunFinished], metric: str) -
             f"{mine / theirs:.0%}, under {IGNORES_SEED_RATIO:.0%}): it does not use its seed"),
             {"candidate_spread": mine, "incumbent_spread": theirs})
     return None
+
+
+def _comparable(cand: list[RunFinished], ref: list[RunFinished]) -> bool:
+    """Whether the candidate's values lie within IGNORES_SEED_BAND sd of the incumbent's."""
+    values = [r.metric for r in ref if r.metric is not None]
+    mine = [r.metric for r in cand if r.metric is not None]
+    if len(values) < 2 or not mine:
+        return False
+    return abs(statistics.mean(mine) - statistics.mean(values)) <= IGNORES_SEED_BAND * statistics.stdev(values)
 
 
 def _median_distance(runs: list[RunFinished]) -> float | None:

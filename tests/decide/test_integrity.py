@@ -96,15 +96,19 @@ def test_a_training_step_longer_than_its_pair_is_over_budget_on_a_wall_clock_nig
 
 
 def test_seeds_that_change_nothing_are_flagged_and_honest_seeds_are_not():
-    ref = [run(s, 2.0 + 0.01 * s, role=Role.REFERENCE, commit="i", fingerprint=fingerprint(s)) for s in range(4)]
-    honest = [run(s, 1.9 + 0.01 * s, fingerprint=fingerprint(s + 10)) for s in (1000, 1001)]
+    ref = [run(s, 2.0 + 0.05 * s, role=Role.REFERENCE, commit="i", fingerprint=fingerprint(s)) for s in range(4)]
+    honest = [run(s, 1.95 + 0.01 * (s - 1000), fingerprint=fingerprint(s + 10)) for s in (1000, 1001)]
     assert flag(honest, ref) is None
     same = flag([run(1000, 1.93), run(1001, 1.93)], ref)
     assert same.verdict.value == "ignores_seed" and "on every seed" in same.reason
-    one_model = [run(s, 1.9 + 0.001 * s, fingerprint=fingerprint(7, noise=0.1 * IGNORES_SEED_RATIO / 3))
+    one_model = [run(s, 1.95 + 0.001 * (s - 1000), fingerprint=fingerprint(7, noise=0.1 * IGNORES_SEED_RATIO / 3))
                  for s in (1000, 1001)]
     alike = flag(one_model, ref)
     assert alike.verdict.value == "ignores_seed" and alike.evidence["candidate_spread"] < alike.evidence["incumbent_spread"]
+    # models far better than the incumbent's are alike across seeds for another reason (they
+    # converged): the fingerprints are not compared, the other checks judge such a candidate
+    converged = [run(s, 1.0 + 0.001 * (s - 1000), fingerprint=fingerprint(7, noise=0.001)) for s in (1000, 1001)]
+    assert flag(converged, ref) is None
 
 
 def test_a_gap_closed_far_past_the_incumbents_spread_is_a_leak():

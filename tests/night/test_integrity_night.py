@@ -31,7 +31,7 @@ VECTORS = {   # experiment id -> (the edit, the verdict it must get)
     # the steps a run gets vary more than the seed matters (then a fixed seed buys nothing and
     # the fingerprints rightly show no sameness); counted steps make it the harmful case, every
     # run the same lucky draw.
-    "e0005": ({"replace": [[SEED_LINE, "SEED = 1234"], [LOOP_LINE, "while step < 30:"]],
+    "e0005": ({"replace": [[SEED_LINE, "SEED = 1234"], [LOOP_LINE, "while step < 5:"]],
                "description": "a fixed seed, counted steps"}, "ignores_seed"),
     "e0006": ({"replace": [LOOP_LINE, "while False:"], "description": "skip training"}, None),
     "e0007": ({"source": "import json, os\nos.makedirs(os.environ['NIGHTSHIFT_OUT'], exist_ok=True)\n"
