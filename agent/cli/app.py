@@ -32,6 +32,7 @@ app.command()(night.noise)
 # the morning
 app.command()(morning.status)
 app.command()(morning.replay)
+app.command()(morning.ablate)
 app.command()(morning.report)
 
 
