@@ -28,7 +28,9 @@ from agent.record.ledger import read_events, utc_now
 from agent.record.provenance import read_provenance
 from agent.record.state import Experiment, LoopState, fold
 from agent.record.views import utilisation
+from agent.review.ablation_panel import ablation_panels
 from agent.review.charts import calibration_chart, progress_chart, progress_png
+from agent.review.experiment_view import experiment_views
 
 TEMPLATES = Path(__file__).parent / "templates"
 MAX_DIFF_CHARS = 20_000          # per experiment in the page; the full diff stays in provenance
@@ -104,9 +106,10 @@ def _mean(values: list[float]) -> float | None:
 
 
 def build_context(tag_dir: Path, *, metric: str | None = None, direction: str | None = None,
-                  repo: Path | None = None) -> dict[str, Any]:
-    """Everything the template shows, as plain data (also handy for tests and notebooks)."""
-    events = list(read_events(tag_dir))
+                  repo: Path | None = None, events: list[Any] | None = None) -> dict[str, Any]:
+    """Everything the template shows, as plain data (also handy for tests and notebooks).
+    `events`: the tag's events when the caller has read them already (the live page)."""
+    events = list(read_events(tag_dir)) if events is None else events
     state = fold(events)
     started = next((e for e in events if isinstance(e, LoopStarted)), None)
     program = started.program if started else {}
@@ -147,6 +150,8 @@ def build_context(tag_dir: Path, *, metric: str | None = None, direction: str | 
         "arms": _arms(state, direction),
         "workers": _workers(state),
         "replays": _replays(events, state),
+        "ablations": ablation_panels(events),
+        "views": experiment_views(state, experiments, direction),
         "environment": _environment(state, tag_dir),
     }
 
