@@ -62,8 +62,9 @@ def write_report(tag_dir: Path, *, out: Path | None = None, metric: str | None =
     return WrittenReport(html_path, png, notes)
 
 
-def render(context: dict[str, Any]) -> str:
-    """The HTML page. Fields missing from older or partial events render as "–", not errors."""
+def render(context: dict[str, Any], template: str = "report.html.j2") -> str:
+    """The HTML page (or another template of templates/, with the same filters: the live
+    page). Fields missing from older or partial events render as "–", not errors."""
     import jinja2
 
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
@@ -74,7 +75,7 @@ def render(context: dict[str, Any]) -> str:
         f"[{v[0]:+.{digits}f}, {v[1]:+.{digits}f}]"
     env.filters["short"] = lambda sha: "" if _absent(sha) else str(sha)[:8]
     env.filters["duration"] = _duration
-    return env.get_template("report.html.j2").render(**context)
+    return env.get_template(template).render(**context)
 
 
 def _absent(value: Any) -> bool:
