@@ -296,3 +296,37 @@ def test_the_tail_reads_complete_lines_and_starts_over_when_the_file_is_replaced
     replaced.write_text(text.splitlines(True)[0])
     replaced.replace(tag / "ledger.jsonl")            # a tag started over
     assert len(tail.poll()) == 1 and tail.restarts == 1 and tail.version == 2
+
+
+def test_an_ablation_in_flight_shows_on_the_page_and_a_dead_nights_run_does_not(served):
+    from agent.record.events import AblationPlanned
+
+    tag, port = served["tag"], served["port"]
+    Ledger(tag).append(RunStarted(run_id="ghost", commit="e" * 40, seed=3, role="reference"))
+    time.sleep(1.1)   # the lock's time is to the second: the ghost started before it
+    lock = TagLock.acquire(tag, "n1")
+    try:
+        Ledger(tag).append(AblationPlanned(
+            ablation_id="a1", incumbent="c" * 40, base="b" * 40, budget_s=30.0, seeds=(700000,),
+            variants=[{"experiment": "e0001", "variant_commit": "d" * 40, "status": "planned"}]))
+        Ledger(tag / "ablations" / "a1").append(RunStarted(
+            run_id="ab1", commit="d" * 40, seed=700000, role="ablation", experiment="e0001", budget_s=30.0))
+        log = tag / "ablations" / "a1" / "runs" / "ab1" / "log.txt"
+        log.parent.mkdir(parents=True)
+        log.write_text("step 1 | loss 3.1 | elapsed 1.0s\n")
+        (run,) = json.loads(get(port, "/t/n1/live.json")[2])["runs"]
+        assert run["source"] == "ablation a1" and run["what"] == "the incumbent without e0001"
+        assert run["curve"]["points"] == [[1.0, 3.1]] and 0 < run["left_s"] <= 30
+        with open(log, "a") as handle:
+            handle.write("step 2 | loss 2.9 | elapsed 2.0s\nstep 3 | loss 2.")   # the last line unfinished
+        time.sleep(0.6)
+        (run,) = json.loads(get(port, "/t/n1/live.json")[2])["runs"]
+        assert run["curve"]["points"] == [[1.0, 3.1], [2.0, 2.9]]
+        status, _, log_text = get(port, "/t/n1/files/ablations/a1/runs/ab1/log.txt")
+        assert status == 200 and "loss 2.9" in log_text
+        deadline = time.monotonic() + 20
+        while "0 of 3 runs landed" not in get(port, "/t/n1/")[2]:
+            assert time.monotonic() < deadline, "the ablation panel never showed the running ablation"
+            time.sleep(0.2)
+    finally:
+        lock.release()
