@@ -76,7 +76,7 @@ class Curve:
             x = float(point.step) if point.step is not None else float(self.lines)
             self.points.append((x, point.loss))
             self.last = {k: v for k, v in point.values.items() if math.isfinite(v)}
-        if len(self.points) > MAX_POINTS:   # every other point of the older part, the last kept
+        while len(self.points) > MAX_POINTS:   # every other point of the older part, the last kept
             self.points = self.points[:-1:2] + self.points[-1:]
 
     def to_dict(self) -> dict[str, Any]:
