@@ -117,7 +117,7 @@ def test_a_night_watched_live_in_chromium(tmp_path):
     (tmp_path / "proposals.json").write_text(json.dumps(SCRIPT))
     env = {**cli_env(tmp_path / "data"), "PYTHONUNBUFFERED": "1", "SE_OFFLINE": "true"}
     night = subprocess.Popen(
-        [sys.executable, "-m", "agent.cli", "run", "--tag", "live", "--max-experiments", "2",
+        [sys.executable, "-m", "agent.cli", "run", "--tag", "dec01", "--max-experiments", "2",
          "--script", str(tmp_path / "proposals.json"), "--serve", "--serve-port", "0"],
         cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     printed: list[str] = []
@@ -128,7 +128,7 @@ def test_a_night_watched_live_in_chromium(tmp_path):
             line = night.stdout.readline()
             assert line, "the night ended before it printed its page:\n" + "".join(printed)
             printed.append(line)
-            found = re.search(r"page: (http://127\.0\.0\.1:\d+/t/live/)", line)
+            found = re.search(r"page: (http://127\.0\.0\.1:\d+/t/dec01/)", line)
             url = found.group(1) if found else None
         driver = browser(tmp_path / "profile")
         driver.get(url)
@@ -186,6 +186,6 @@ def test_a_night_watched_live_in_chromium(tmp_path):
         printed.append(out or "")
     assert night.returncode == 0, "".join(printed)
     kinds = [json.loads(line)["event"] for line in
-             (repo / "results" / "live" / "ledger.jsonl").read_text().splitlines()]
+             (repo / "results" / "dec01" / "ledger.jsonl").read_text().splitlines()]
     # the researcher's two proposals were announced and answered (what "being written" shows)
     assert kinds.count("proposal_asked") == kinds.count("proposal_ready") >= 2
