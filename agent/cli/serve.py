@@ -42,6 +42,9 @@ def serve(
     if serving.token:
         console.print("[yellow]bound beyond loopback: every request needs the token in that "
                       "address (it is set as a cookie on first use)[/yellow]")
+    if host in ("0.0.0.0", "::"):
+        console.print(f"[dim]{host} is every address of this machine: from another one, put this "
+                      f"machine's name or address in its place[/dim]")
     try:
         serving.run()
     except KeyboardInterrupt:
