@@ -89,6 +89,7 @@ class CappedLog:
         room = self._head_cap - self._head_written
         if room > 0:
             self._file.write(data[:room])
+            self._file.flush()   # on disk as the run goes: the live page reads its progress
             self._head_written += min(room, len(data))
             data = data[room:]
         if data:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import typer
 
-from agent.cli import check, morning, night
+from agent.cli import check, morning, night, serve
 
 app = typer.Typer(
     help="Nightshift: an autonomous ML research loop you can trust with your GPUs overnight.\n\n"
@@ -32,7 +32,9 @@ app.command()(night.noise)
 # the morning
 app.command()(morning.status)
 app.command()(morning.replay)
+app.command()(morning.ablate)
 app.command()(morning.report)
+app.command()(serve.serve)
 
 
 def main() -> None:  # pragma: no cover - the console script calls `app`

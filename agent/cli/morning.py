@@ -148,6 +148,118 @@ def _print_summary(replayer: Any, summary: ReplaySummary, metric: str) -> None:
                       "replay with the night's budget and split to check reproduction.[/dim]")
 
 
+def ablate(
+    tag: Optional[str] = typer.Option(None, help="The loop whose kept changes to ablate (default: today's tag)."),
+    budget: Optional[str] = typer.Option(None, help="Training budget per run, e.g. 600s "
+                                         "(default: full_scale.budget of program.md); less for a cheaper look."),
+    seeds: Optional[int] = typer.Option(None, min=2, help="Fresh seeds every variant runs on "
+                                        "(default: full_scale.seeds); fewer for a cheaper look."),
+    workers: Optional[str] = typer.Option(None, help="Runs in flight at once (default: program.md's workers)."),
+    cluster: Optional[str] = typer.Option(None, help="Where runs execute: local or ray "
+                                          "(default: program.md's cluster)."),
+    cluster_address: Optional[str] = typer.Option(None, "--cluster-address",
+                                                  help="The Ray cluster's address."),
+    sandbox: Optional[str] = typer.Option(None, help="auto | local | docker (default: program.md)."),
+    program: Path = ProgramOpt,
+) -> None:
+    """Leave one out at full scale: what each kept change still contributes to the incumbent.
+
+    For each kept commit, the final incumbent with that change reverted (a three-way merge, as
+    the rebase does; a revert that conflicts is reported, not guessed) runs beside the incumbent
+    and the base on the same fresh seeds, paired. Prints each change's contribution with its 95%
+    interval and p-value (Holm-adjusted beside it), the whole gain, and the interaction the sum
+    of the contributions does not explain. Recorded in the tag's ledger; shown by `report` and
+    `serve`."""
+    from agent.night.lock import TagLocked
+    from agent.program import parse_duration
+    from agent.review.ablate import (ABLATION_SEEDS, AblationError, AblationSettings,
+                                     build_ablator)
+    from agent.workspace.repo import WorkspaceError
+    from cluster.protocol import ClusterUnavailable
+    from sandbox import SandboxUnavailable
+
+    prog = load(program, {"workers": workers, "cluster": cluster, "cluster_address": cluster_address})
+    tag, _ = _tag_dir(prog, tag)
+    try:
+        budget_s = parse_duration(budget) if budget else prog.full_scale.budget_s
+    except Exception:
+        raise fail(f"--budget {budget!r}: expected a duration like 120s or 10m.") from None
+    count = seeds or prog.full_scale.seeds
+    settings = AblationSettings(budget_s=budget_s,
+                                seeds=tuple(range(ABLATION_SEEDS, ABLATION_SEEDS + count)))
+    try:
+        assembled = build_ablator(prog, tag, settings, sandbox=sandbox or prog.sandbox,
+                                  on_event=_print_ablation_run)
+    except TagLocked as error:
+        raise fail(str(error), ExitCode.BUSY) from None
+    except (SandboxUnavailable, ClusterUnavailable) as error:
+        raise fail(str(error), ExitCode.LOOP) from None
+    except (AblationError, WorkspaceError, FileNotFoundError, RuntimeError, ValueError) as error:
+        raise fail(str(error)) from None
+    variants = assembled.variants
+    runnable = [v for v in variants if v.commit is not None]
+    console.print(f"ablation {assembled.ablator.ablation_id}: {len(variants) - 2} kept changes, "
+                  f"{len(runnable)} variants x {count} seeds at {budget_s:g}s "
+                  f"(seeds {settings.seeds[0]}..{settings.seeds[-1]}, never used by the night)")
+    for variant in variants:
+        if variant.status != "planned":
+            console.print(f"  [yellow]{variant.name} {variant.status}[/yellow]: {variant.reason}")
+    try:
+        summary = assembled.ablator.ablate(variants, settings)
+    except KeyboardInterrupt:
+        err.print("\ninterrupted: the ablation's runs recorded so far stay in the ledger.")
+        raise typer.Exit(ExitCode.INTERRUPTED) from None
+    except ClusterUnavailable as error:
+        raise fail(str(error), ExitCode.LOOP) from None
+    finally:
+        assembled.close()
+    _print_ablation(assembled.ablator.events, summary, prog.metric)
+
+
+def _print_ablation_run(event: Any) -> None:
+    from agent.record.events import AblationRun
+
+    if isinstance(event, AblationRun):
+        value = f"{event.metric:.4f}" if event.metric is not None else event.status.value
+        console.print(f"  {event.variant:<10} {event.commit[:8]} seed {event.seed}: {value} "
+                      f"({event.duration_s or 0:.1f}s)")
+
+
+def _print_ablation(events: list[Any], summary: Any, metric: str) -> None:
+    from agent.record.events import AblationChange
+
+    console.print(f"\n[bold]ablation {summary.ablation_id}[/bold] ({metric}; a contribution is what "
+                  f"removing the change costs the incumbent, positive = it helps; "
+                  f"{summary.level:.0%} intervals, paired on {len(summary.seeds)} seeds)")
+    for change in (e for e in events if isinstance(e, AblationChange)):
+        head = f"{change.experiment} {change.commit[:8]}  {change.description[:60]}"
+        if change.status != "measured":
+            console.print(f"  {head}\n    [yellow]{change.status}[/yellow]: {change.reason}")
+            continue
+        matters = _matters(change.interval)
+        console.print(f"  {head}\n    contribution {_fmt(change.contribution)} "
+                      f"{_interval(change.interval)} p={_fmt(change.p_value, '.3g')} "
+                      f"(Holm {_fmt(change.p_adjusted, '.3g')}) on {change.n} seeds  {matters}")
+    console.print(f"  whole gain, incumbent vs base: {_fmt(summary.full_gain)} "
+                  f"{_interval(summary.full_interval)} p={_fmt(summary.full_p, '.3g')}")
+    console.print(f"  sum of the contributions: {_fmt(summary.sum_contributions)} "
+                  f"({len(summary.measured)} changes)")
+    console.print(f"  interaction (gain − sum): {_fmt(summary.interaction)} "
+                  f"{_interval(summary.interaction_interval)} p={_fmt(summary.interaction_p, '.3g')}"
+                  + (f"; includes the share of {', '.join(summary.not_measured)} (not measured)"
+                     if summary.not_measured else ""))
+
+
+def _matters(interval: Any) -> str:
+    if not interval:
+        return "[dim]too few seeds to tell[/dim]"
+    if interval[0] > 0:
+        return "[green]helps[/green]"
+    if interval[1] < 0:
+        return "[red]hurts[/red]"
+    return "[dim]not distinguishable from 0[/dim]"
+
+
 def report(
     tag: Optional[str] = typer.Option(None, help="The loop to report on (default: today's tag)."),
     out: Optional[Path] = typer.Option(None, help="Where to write the HTML "

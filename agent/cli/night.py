@@ -9,6 +9,7 @@ from rich.markup import escape
 
 from agent.cli.common import (CTRL_C, ProgramOpt, console, err, existing_loop, fail, interruptible,
                               load)
+from agent.cli.serve import page_url, start_beside_night
 from agent.night.failures import describe_error
 from agent.record.events import ExitCode, HypothesisQueued, Role
 from agent.record.ledger import Ledger
@@ -56,6 +57,12 @@ def run(
     allow_dirty: bool = typer.Option(False, "--allow-dirty", help="Run HEAD as committed although "
                                      "the target or protected files have uncommitted changes "
                                      "(they are not used)."),
+    serve: bool = typer.Option(False, "--serve", help="Serve the night's live page beside it "
+                               "(as `nightshift serve --tag`; it stops with the night)."),
+    serve_host: str = typer.Option("127.0.0.1", "--serve-host", help="The page's address (anything "
+                                   "but loopback needs the token printed at start)."),
+    serve_port: int = typer.Option(8765, "--serve-port", min=0, max=65535,
+                                   help="The page's port (0: any free port)."),
     program: Path = ProgramOpt,
 ) -> None:
     """Run the research loop (resumes the tag if it exists)."""
@@ -72,12 +79,22 @@ def run(
                           "cluster_address": cluster_address})
     tag = tag or default_tag()
     observer = RichObserver(console, metric=prog.metric)
-    session = open_session(prog, tag, researcher=prog.researcher, observer=observer, script=script,
-                           seed=seed, fresh=fresh, allow_dirty=allow_dirty)
+    page = start_beside_night(prog, tag, serve_host, serve_port) if serve else None
+    try:
+        session = open_session(prog, tag, researcher=prog.researcher, observer=observer,
+                               script=script, seed=seed, fresh=fresh, allow_dirty=allow_dirty)
+    except BaseException:
+        if page is not None:
+            page.stop()
+        raise
     try:
         CTRL_C.check()   # a Ctrl-C Python dropped while the session was assembled
         for note in session.notes:
             console.print(f"[dim]{note}[/dim]")
+        if page is not None:
+            page.start_in_thread()
+            console.print(f"page: {escape(page_url(page, tag))} (live, read-only; it stops with "
+                          f"the night, `nightshift serve` shows it again)")
         for text in hypothesis:
             queue_hypothesis(session.loop.ledger, text, origin="cli")
         reason = session.loop.run(StopRules(max_experiments=max_experiments, hours=hours))
@@ -98,6 +115,8 @@ def run(
         raise typer.Exit(ExitCode.LOOP) from None
     finally:
         session.close()
+        if page is not None:
+            page.stop()
 
 
 def _write_morning_report(folder: Path, prog, tag: str) -> None:

@@ -29,6 +29,7 @@ import dataclasses
 import queue
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
@@ -41,14 +42,14 @@ from agent.night.context import evaluation_plan, research_context
 from agent.night.failures import describe_error
 from agent.night.observer import Observer, QuietObserver
 from agent.night.priority import RunRequest, runs_wanted
-from agent.night.proposals import Ready, Researchers
+from agent.night.proposals import Arm, Ready, Researchers
 from agent.night.reconcile import reconcile
 from agent.night.runs import RunExecutor
 from agent.program import Program
 from agent.record.events import (Decision, DecisionMade, ExitCode, ExperimentInvalid,
                                  ExperimentProposed, LookTaken, LoopResumed, LoopStarted,
-                                 LoopStopped, Prediction, ProposalRebased, Role, RunFinished,
-                                 Usage, Verdict)
+                                 LoopStopped, Prediction, ProposalAsked, ProposalReady,
+                                 ProposalRebased, Role, RunFinished, Usage, Verdict)
 from agent.record.ledger import Ledger
 from agent.record.state import Experiment, LoopState
 from agent.record.views import write_tsv
@@ -273,6 +274,7 @@ class ResearchLoop:
                 self._finished(item)
                 continue
             self.proposals.received(item)
+            self._record_ready(item)
             if item.error is not None:
                 self._researcher_error = self._researcher_error or item.error
             else:
@@ -511,8 +513,25 @@ class ResearchLoop:
             arm = self.proposals.next_arm(proposed)
             if arm is None:
                 return
-            self.proposals.propose(self._context(offset=self.proposals.preparing + len(self._ready)),
-                                   arm=arm)
+            self._ask(arm)
+
+    def _ask(self, arm: Arm, attempts: int = 1) -> None:
+        """Ask `arm` for a proposal, recorded first (proposal_asked): the live page shows it
+        being written until its proposal_ready."""
+        context = self._context(offset=self.proposals.preparing + len(self._ready))
+        request_id = uuid.uuid4().hex[:10]
+        self.ledger.append(ProposalAsked(request_id=request_id, researcher=arm.name,
+                                         incumbent=context.incumbent_commit, attempt=attempts))
+        self.proposals.propose(context, attempts=attempts, arm=arm, request_id=request_id)
+
+    def _record_ready(self, ready: Ready) -> None:
+        if ready.request_id is None:
+            return
+        outcome = "error" if ready.error else "rejected" if ready.rejected else "proposal"
+        self.ledger.append(ProposalReady(
+            request_id=ready.request_id, researcher=ready.researcher, outcome=outcome,
+            description=ready.proposal.description if ready.proposal else "",
+            duration_s=ready.duration_s))
 
     def _context(self, offset: int) -> ResearchContext:
         plan = evaluation_plan(self.program, self.executor.plan.budget_s, self.rule.name)
@@ -540,8 +559,7 @@ class ResearchLoop:
         if admission.fate is Fate.ASK_AGAIN:
             self.observer.message(f"a proposal made against {ready.proposed_on[:8]} conflicts "
                                   f"with the new incumbent {incumbent[:8]}: asking again")
-            self.proposals.propose(self._context(offset=self.proposals.preparing + len(self._ready)),
-                                   attempts=ready.attempts + 1, name=ready.researcher)
+            self._ask(self.proposals.choose(name=ready.researcher), attempts=ready.attempts + 1)
             return
         if admission.fate is Fate.INVALID:
             self._record_invalid(ready, experiment_id, proposal, admission.reason, proposal.usage)

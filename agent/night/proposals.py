@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -29,6 +30,8 @@ class Ready:
     source_experiment: str | None = None  # set when this re-applies a superseded candidate
     attempts: int = 1                     # how often this index was asked (conflicts ask again)
     researcher: str = ""                  # the name of the researcher that made it
+    request_id: str | None = None         # the ledger's proposal_asked that asked for it
+    duration_s: float | None = None       # how long the researcher took
 
     @property
     def proposed_on(self) -> str:
@@ -63,10 +66,11 @@ class ProposalThread:
         """How many proposals may be in preparation at once."""
         return max(1, int(getattr(self.researcher, "concurrency", 1)))
 
-    def propose(self, context: ResearchContext, attempts: int = 1) -> None:
+    def propose(self, context: ResearchContext, attempts: int = 1,
+                request_id: str | None = None) -> None:
         with self._lock:
             self._preparing += 1
-        self._put(("propose", (context, attempts)))
+        self._put(("propose", (context, attempts, request_id)))
 
     def observe(self, proposal: Proposal, outcome: Outcome) -> None:
         self._put(("observe", (proposal, outcome)))
@@ -95,8 +99,10 @@ class ProposalThread:
                 except Exception:   # learning from an outcome must never end a night
                     pass
                 continue
-            context, attempts = args
-            ready = Ready(context=context, attempts=attempts, researcher=self.researcher.name)
+            context, attempts, request_id = args
+            ready = Ready(context=context, attempts=attempts, researcher=self.researcher.name,
+                          request_id=request_id)
+            began = time.monotonic()
             try:
                 ready.proposal = self.researcher.propose(context)
             except ProposalRejected as rejected:
@@ -106,6 +112,7 @@ class ProposalThread:
             except Exception as error:   # a researcher bug: stop the night with its message
                 ready.error = ResearcherError(f"the {self.researcher.name} researcher failed: "
                                               f"{type(error).__name__}: {error}")
+            ready.duration_s = round(time.monotonic() - began, 3)
             self.deliver(ready)
 
 
@@ -150,10 +157,13 @@ class Researchers:
         total = sum(proposed.get(a.name, 0) + a.thread.preparing for a in self.arms) + 1
         return max(free, key=lambda a: a.share * total - proposed.get(a.name, 0) - a.thread.preparing)
 
+    def choose(self, arm: Arm | None = None, name: str | None = None) -> Arm:
+        """`arm`, else the arm called `name`, else the first."""
+        return arm or (self._by_name.get(name) if name else None) or self.arms[0]
+
     def propose(self, context: ResearchContext, attempts: int = 1, arm: Arm | None = None,
-                name: str | None = None) -> None:
-        chosen = arm or (self._by_name.get(name) if name else None) or self.arms[0]
-        chosen.thread.propose(context, attempts)
+                name: str | None = None, request_id: str | None = None) -> None:
+        self.choose(arm, name).thread.propose(context, attempts, request_id)
 
     def observe(self, name: str, proposal: Proposal, outcome: Outcome) -> None:
         arm = self._by_name.get(name)

@@ -145,7 +145,7 @@ class RunExecutor:
                                                  meta=self.data.meta, deadline_s=plan.budget_s + plan.grace_s)
         self.ledger.append(RunStarted(run_id=run_id, commit=commit, seed=seed, role=role,
                                       experiment=experiment, worker=slot.index if slot else None,
-                                      device=slot.device if slot else None))
+                                      device=slot.device if slot else None, budget_s=plan.budget_s))
         return Job(run_id=run_id, spec=spec, protected=self.plan.protected, label=label,
                    evaluation=evaluation)
 

@@ -120,6 +120,15 @@ def build_session(program: Program, tag: str, *, researcher: str, sandbox: str,
     return Session(loop=loop, results=results, notes=notes + more, lock=lock)
 
 
+def night_workers(program: Program, runner: Any, on_done: OnDone,
+                  gpus: list[int] | None = None) -> Workers:
+    """Where `program`'s runs execute (program.md `cluster:` and `workers:`): the night's
+    and every other tool's that runs many (`ablate`)."""
+    return make_workers(program.cluster, runner=runner, sandbox=runner.name, image=program.image,
+                        workers=program.workers, on_done=on_done, address=program.cluster_address,
+                        gpus=gpus, cpus_per_run=program.limits.cpus, facts=environment)
+
+
 def _assemble(program: Program, tag: str, results: Path, ledger: Ledger, workspace: Workspace,
               rule: Any, runner: Any, sandbox_why: str, name: str, researcher_why: str,
               observer: Observer, script: Path | None, seed: int, split: str,
@@ -144,10 +153,7 @@ def _assemble(program: Program, tag: str, results: Path, ledger: Ledger, workspa
                            workspace=workspace, ledger=ledger, data=data, results_dir=results)
 
     def workers(on_done: OnDone) -> Workers:
-        return make_workers(program.cluster, runner=runner, sandbox=runner.name,
-                            image=program.image, workers=program.workers, on_done=on_done,
-                            address=program.cluster_address, gpus=gpus,
-                            cpus_per_run=program.limits.cpus, facts=environment)
+        return night_workers(program, runner, on_done, gpus=gpus)
     facts: dict[str, Any] = {
         "researcher": chosen.name, "researcher_why": researcher_why, "sandbox": runner.name,
         "sandbox_why": sandbox_why, "sandbox_facts": runner.describe(), "rule": rule.name,

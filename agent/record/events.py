@@ -18,6 +18,12 @@ defaults given here, and a key a newer harness adds is ignored by an older one.
     look                id, seeds, reason (the keep rule looked and asked for more seeds)
     decision            id, commit, incumbent, verdict, reason, decision (the test), score
     replay              kind "run" | "commit" | "summary", replay_id, ... (agent/review/replay.py)
+    proposal_asked      request_id, researcher, incumbent (a researcher starts writing a proposal)
+    proposal_ready      request_id, researcher, outcome, duration_s (it has answered)
+    ablation_planned    ablation_id, incumbent, base, budget_s, seeds, variants (agent/review/ablate.py)
+    ablation_run        ablation_id, variant, commit, seed, status, metric (one per run)
+    ablation_change     ablation_id, experiment, status, contribution, interval, p_value, ...
+    ablation_summary    ablation_id, full_gain, sum of contributions, interaction, ...
 
 Records nested in events (`Prediction`, `Decision`, `Score`, `Usage`) and the vocabularies
 (`Verdict`, `Role`, `ExitCode`) live in agent/record/records.py and are re-exported here;
@@ -40,7 +46,8 @@ __all__ = [  # the records events carry are importable from here too: one place 
     "Event", "LoopFacts", "LoopStarted", "LoopResumed", "LoopStopped", "HypothesisQueued",
     "ExperimentFacts", "ExperimentProposed", "ExperimentInvalid", "ProposalRebased", "RunIdentity",
     "RunStarted", "RunFinished", "LookTaken", "DecisionMade",
-    "Replay", "ReplayRun", "ReplayCommit", "ReplaySummary", "EVENT_TYPES", "REPLAY_TYPES",
+    "Replay", "ReplayRun", "ReplayCommit", "ReplaySummary", "ProposalAsked", "ProposalReady",
+    "AblationPlanned", "AblationRun", "AblationChange", "AblationSummary", "EVENT_TYPES", "REPLAY_TYPES",
     "UnknownEvent", "parse_event", "encode", "decode",
 ]
 
@@ -175,6 +182,7 @@ class RunIdentity(Event):
 @dataclass(frozen=True, kw_only=True)
 class RunStarted(RunIdentity):
     kind: ClassVar[str] = "run_started"
+    budget_s: float | None = None          # its training budget (what "time left" counts down)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -342,9 +350,118 @@ class ReplaySummary(Replay):
     env_changed: bool = False
 
 
+@dataclass(frozen=True, kw_only=True)
+class ProposalAsked(Event):
+    """The loop asked `researcher` for a proposal against `incumbent`: from now until the
+    matching `proposal_ready` it is being written (what the live page shows)."""
+
+    kind: ClassVar[str] = "proposal_asked"
+    request_id: str
+    researcher: str
+    incumbent: str
+    attempt: int = 1             # > 1: asked again after a conflict with a newer incumbent
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProposalReady(Event):
+    """The researcher answered request `request_id`: a proposal (`description`), a
+    rejection, or an error that stops the night. `duration_s` is how long it took."""
+
+    kind: ClassVar[str] = "proposal_ready"
+    request_id: str
+    researcher: str
+    outcome: str                 # "proposal" | "rejected" | "error"
+    description: str = ""
+    duration_s: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class AblationPlanned(Event):
+    """`nightshift ablate` starts: the final incumbent, the base, and per kept change the
+    variant that reverts it (`variants`: experiment, commit, parent, description,
+    variant_commit, status "planned" | "conflict" | "absent", reason)."""
+
+    kind: ClassVar[str] = "ablation_planned"
+    ablation_id: str
+    incumbent: str
+    base: str
+    budget_s: float
+    seeds: tuple[int, ...] = ()
+    split: str = "val"
+    variants: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AblationRun(Event):
+    """One run of an ablation: `variant` is "incumbent", "base" or the experiment whose
+    change it reverts."""
+
+    kind: ClassVar[str] = "ablation_run"
+    ablation_id: str
+    variant: str
+    commit: str
+    seed: int
+    status: Status
+    metric: float | None = None
+    duration_s: float | None = None
+    run_id: str | None = None
+    reason: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class AblationChange(Event):
+    """What one kept change contributes at full scale: the incumbent against the incumbent
+    without it, paired on seeds (positive = the change helps). `status` is "measured", or
+    "conflict" / "absent" (its revert could not be built: nothing was run) or "failed"."""
+
+    kind: ClassVar[str] = "ablation_change"
+    ablation_id: str
+    experiment: str
+    commit: str
+    parent: str | None = None
+    description: str = ""
+    status: str = "measured"
+    reason: str = ""
+    variant_commit: str | None = None
+    values: dict[int, float] = field(default_factory=dict)     # the variant's, per seed
+    contribution: float | None = None
+    interval: tuple[float, float] | None = None
+    p_value: float | None = None
+    p_adjusted: float | None = None      # Holm's, over the changes measured
+    n: int = 0                           # seeds paired
+
+
+@dataclass(frozen=True, kw_only=True)
+class AblationSummary(Event):
+    """The whole ablation: the full gain (incumbent vs base), the sum of the measured
+    contributions, and what the sum does not explain (interaction = gain − sum), each with
+    its interval and p-value, paired on seeds."""
+
+    kind: ClassVar[str] = "ablation_summary"
+    ablation_id: str
+    incumbent: str
+    base: str
+    budget_s: float
+    seeds: tuple[int, ...] = ()
+    split: str = "val"
+    level: float = 0.95
+    incumbent_values: dict[int, float] = field(default_factory=dict)
+    base_values: dict[int, float] = field(default_factory=dict)
+    full_gain: float | None = None
+    full_interval: tuple[float, float] | None = None
+    full_p: float | None = None
+    sum_contributions: float | None = None
+    interaction: float | None = None
+    interaction_interval: tuple[float, float] | None = None
+    interaction_p: float | None = None
+    measured: tuple[str, ...] = ()       # experiments whose contribution is in the sum
+    not_measured: tuple[str, ...] = ()   # conflicts, absent, failed: their share is in the interaction
+
+
 EVENT_TYPES: dict[str, type[Event]] = {cls.kind: cls for cls in (
     LoopStarted, LoopResumed, LoopStopped, HypothesisQueued, ExperimentProposed,
-    ExperimentInvalid, ProposalRebased, RunStarted, RunFinished, LookTaken, DecisionMade)}
+    ExperimentInvalid, ProposalRebased, RunStarted, RunFinished, LookTaken, DecisionMade,
+    ProposalAsked, ProposalReady, AblationPlanned, AblationRun, AblationChange, AblationSummary)}
 REPLAY_TYPES: dict[str, type[Replay]] = {cls.replay_kind: cls for cls in (
     ReplayRun, ReplayCommit, ReplaySummary)}
 

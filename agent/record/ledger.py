@@ -125,10 +125,18 @@ def read_snapshot(results_dir: Path) -> Snapshot | None:
 def _apply_complete_lines(state: LoopState, data: bytes) -> int:
     """Apply the events of `data`'s complete lines to `state` (a line still being written
     waits for the next read); the number of bytes applied."""
-    complete = data[:data.rfind(b"\n") + 1]
-    for event in _parse_lines(complete.decode("utf-8", errors="replace").splitlines(True)):
+    events, used = complete_events(data)
+    for event in events:
         state.apply(event)
-    return len(complete)
+    return used
+
+
+def complete_events(data: bytes) -> tuple[list[Event], int]:
+    """The events of `data`'s complete lines (a last line still being written, or torn by a
+    crash, waits for the next read), and how many bytes they span: for readers that follow
+    a ledger from a byte cursor without writing to it (the live page)."""
+    complete = data[:data.rfind(b"\n") + 1]
+    return list(_parse_lines(complete.decode("utf-8", errors="replace").splitlines(True))), len(complete)
 
 
 def read_events(path: Path) -> Iterator[Event]:

@@ -76,6 +76,7 @@ class Role(str, enum.Enum):
     CANDIDATE = "candidate"   # a candidate on the seeds the rule asked for
     NOISE = "noise"           # `nightshift noise`: spread only, never a reference
     REPLAY = "replay"         # `nightshift replay` (recorded in the replay's own ledger)
+    ABLATION = "ablation"     # `nightshift ablate` (recorded in the ablation's own ledger)
 
     def __str__(self) -> str:
         return self.value

@@ -65,6 +65,8 @@ def progress_chart(data: dict[str, Any], metric: str) -> dict[str, Any]:
 
     drawn = []
     for p in points:
+        if p["y"] is None and p["verdict"] == "running":
+            continue   # nothing measured yet (the live page): not a failure to draw as one
         if p["y"] is None:
             shape, y = "cross", TOP - 14
         elif p["y"] > y_hi or p["y"] < y_lo:

@@ -260,11 +260,21 @@ class Replayer:
 
 def new_replay_dir(tag_dir: Path) -> tuple[str, Path]:
     """A fresh replay id and its folder under results/<tag>/replays/."""
-    replay_id = utc_now().replace(":", "").replace("-", "").replace("+0000", "Z")[:15] + \
-        "-" + uuid.uuid4().hex[:4]
-    folder = Path(tag_dir) / REPLAYS_DIR / replay_id
+    return new_dated_dir(Path(tag_dir) / REPLAYS_DIR)
+
+
+def new_dated_dir(parent: Path, name: str | None = None) -> tuple[str, Path]:
+    """A fresh id (`dated_id()` unless given) and its folder under `parent`."""
+    name = name or dated_id()
+    folder = Path(parent) / name
     folder.mkdir(parents=True)
-    return replay_id, folder
+    return name, folder
+
+
+def dated_id() -> str:
+    """The UTC time to the second and 4 random hex digits: 20261201T120301-3f2a."""
+    return utc_now().replace(":", "").replace("-", "").replace("+0000", "Z")[:15] + \
+        "-" + uuid.uuid4().hex[:4]
 
 
 def build_replayer(program: Program, tag: str, settings: ReplaySettings, *, sandbox: str,

@@ -28,7 +28,9 @@ from agent.record.ledger import read_events, utc_now
 from agent.record.provenance import read_provenance
 from agent.record.state import Experiment, LoopState, fold
 from agent.record.views import utilisation
+from agent.review.ablation_panel import ablation_panels
 from agent.review.charts import calibration_chart, progress_chart, progress_png
+from agent.review.experiment_view import experiment_views
 
 TEMPLATES = Path(__file__).parent / "templates"
 MAX_DIFF_CHARS = 20_000          # per experiment in the page; the full diff stays in provenance
@@ -60,8 +62,9 @@ def write_report(tag_dir: Path, *, out: Path | None = None, metric: str | None =
     return WrittenReport(html_path, png, notes)
 
 
-def render(context: dict[str, Any]) -> str:
-    """The HTML page. Fields missing from older or partial events render as "–", not errors."""
+def render(context: dict[str, Any], template: str = "report.html.j2") -> str:
+    """The HTML page (or another template of templates/, with the same filters: the live
+    page). Fields missing from older or partial events render as "–", not errors."""
     import jinja2
 
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
@@ -72,7 +75,7 @@ def render(context: dict[str, Any]) -> str:
         f"[{v[0]:+.{digits}f}, {v[1]:+.{digits}f}]"
     env.filters["short"] = lambda sha: "" if _absent(sha) else str(sha)[:8]
     env.filters["duration"] = _duration
-    return env.get_template("report.html.j2").render(**context)
+    return env.get_template(template).render(**context)
 
 
 def _absent(value: Any) -> bool:
@@ -104,9 +107,10 @@ def _mean(values: list[float]) -> float | None:
 
 
 def build_context(tag_dir: Path, *, metric: str | None = None, direction: str | None = None,
-                  repo: Path | None = None) -> dict[str, Any]:
-    """Everything the template shows, as plain data (also handy for tests and notebooks)."""
-    events = list(read_events(tag_dir))
+                  repo: Path | None = None, events: list[Any] | None = None) -> dict[str, Any]:
+    """Everything the template shows, as plain data (also handy for tests and notebooks).
+    `events`: the tag's events when the caller has read them already (the live page)."""
+    events = list(read_events(tag_dir)) if events is None else events
     state = fold(events)
     started = next((e for e in events if isinstance(e, LoopStarted)), None)
     program = started.program if started else {}
@@ -148,6 +152,8 @@ def build_context(tag_dir: Path, *, metric: str | None = None, direction: str | 
         "workers": _workers(state),
         "replays": _replays(events, state),
         "flagged": _flagged(state, metric),
+        "ablations": ablation_panels(events),
+        "views": experiment_views(state, experiments, direction),
         "environment": _environment(state, tag_dir),
     }
 

@@ -284,6 +284,14 @@ class Workspace:
         _git(self._main, "update-ref", "-m", "nightshift candidate",
              f"refs/nightshift/{self.tag}/pending/{name}", self.resolve(sha))
 
+    def pin(self, sha: str, kind: str, name: str) -> str:
+        """Keep `sha` under refs/nightshift/<tag>/<kind>/<name> (commits made for a morning's
+        tool, such as `ablate`'s variants, that must outlive it); returns the ref."""
+        ref = f"refs/nightshift/{self.tag}/{validate_component(kind, 'ref kind')}/" \
+              f"{validate_component(name, 'ref name')}"
+        _git(self._main, "update-ref", "-m", f"nightshift {kind}", ref, self.resolve(sha))
+        return ref
+
     def release(self, name: str) -> None:
         """Drop the pending ref `name` (its candidate was kept, discarded or superseded)."""
         validate_component(name, "experiment id")

@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 
 from agent.record import load
-from agent.record.events import (EVENT_TYPES, REPLAY_TYPES, Decision, DecisionMade, Event,
+from agent.record.events import (EVENT_TYPES, REPLAY_TYPES, AblationChange, AblationPlanned,
+                                 AblationRun, AblationSummary, Decision, DecisionMade, Event,
                                  ExperimentInvalid, ExperimentProposed, HypothesisQueued,
                                  LookTaken, LoopResumed, LoopStarted, LoopStopped, Prediction,
-                                 ProposalRebased, ReplayCommit,
+                                 ProposalAsked, ProposalReady, ProposalRebased, ReplayCommit,
                                  ReplayRun, ReplaySummary, Role, RunFinished, RunStarted, Score,
                                  Usage, Verdict, parse_event)
 from agent.record.ledger import read_events
@@ -47,8 +48,11 @@ ONE_OF_EACH: list[Event] = [
                       prediction=PREDICTION),
     ProposalRebased(id="e0004", proposed_on="b" * 40, onto="c" * 40, outcome="rebased",
                     source="e0002"),
+    ProposalAsked(request_id="p1", researcher="claude", incumbent="b" * 40, attempt=2),
+    ProposalReady(request_id="p1", researcher="claude", outcome="proposal",
+                  description="LR down", duration_s=41.5),
     RunStarted(run_id="r1", commit="c" * 40, seed=2000, role=Role.CANDIDATE, experiment="e0001",
-               worker=3, device="cuda:3"),
+               worker=3, device="cuda:3", budget_s=60.0),
     RunFinished(run_id="r1", commit="c" * 40, seed=2000, role=Role.CANDIDATE, experiment="e0001",
                 status=Status.OK, metric=1.9, metrics={"steps": 10, "grad_norm": 0.5},
                 duration_s=61.2, peak_memory_mb=900.0, exit_code=0, log="runs/r1/log.txt",
@@ -68,6 +72,18 @@ ONE_OF_EACH: list[Event] = [
                  reproduce={"reproduced": None}, proxy_effect=0.03, proxy_interval=(0.01, 0.05)),
     ReplaySummary(replay_id="r", budget_s=600.0, seeds=(0, 1), split="test",
                   commits=("c" * 40,), rank_effects={"rho": None, "n": 1}),
+    AblationPlanned(ablation_id="a", incumbent="c" * 40, base="b" * 40, budget_s=600.0,
+                    seeds=(700000, 700001), variants=[{"experiment": "e0001", "status": "planned",
+                                                       "variant_commit": "f" * 40}]),
+    AblationRun(ablation_id="a", variant="e0001", commit="f" * 40, seed=700000,
+                status=Status.OK, metric=1.93, duration_s=600.2, run_id="y"),
+    AblationChange(ablation_id="a", experiment="e0001", commit="c" * 40, parent="b" * 40,
+                   variant_commit="f" * 40, values={700000: 1.93, 700001: 1.94},
+                   contribution=0.03, interval=(0.01, 0.05), p_value=0.01, p_adjusted=0.02, n=2),
+    AblationSummary(ablation_id="a", incumbent="c" * 40, base="b" * 40, budget_s=600.0,
+                    seeds=(700000, 700001), incumbent_values={700000: 1.9, 700001: 1.91},
+                    full_gain=0.03, full_interval=(0.0, 0.06), sum_contributions=0.03,
+                    interaction=0.0, interaction_interval=(-0.01, 0.01), measured=("e0001",)),
 ]
 
 
