@@ -7,7 +7,7 @@ import pytest
 from tests.examples.conftest import example_repo
 from tests.loop_helpers import cli_env, git_out, nightshift
 
-CHECKS = ("program valid", "target and knobs", "prepare step", "data folder", "sandbox", "interpreter",
+CHECKS = ("program valid", "metric measured apart", "target and knobs", "prepare step", "data folder", "sandbox", "interpreter",
           "metric found", "seeds change the result", "budget respected",
           "nothing written outside the allowed places", "your checkout untouched")
 
@@ -38,6 +38,7 @@ def test_check_passes_on_the_nanogpt_example(tmp_path, data_root):
     assert "torch" in found["interpreter"] and "local sandbox" in found["interpreter"]
     assert "data/shakespeare_char of your checkout" in found["data folder"]
     assert "step-budgeted" in found["budget respected"]
+    assert "edits are limited to the knobs' values" in found["metric measured apart"]   # knobs: declared
     assert "out-shakespeare-char/ckpt.pt (1.5 MB)" in found["nothing written outside the allowed places"]
     assert "all checks passed" in done.stdout
     # it leaves no branch or worktree behind, only the logs of its runs
