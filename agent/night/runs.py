@@ -140,7 +140,8 @@ class RunExecutor:
         commit, seed = started.commit, started.seed
         role, experiment = started.role, started.experiment
         slot = dict(worker=started.worker, device=started.device, node=outcome.node,
-                    started=round(outcome.started, 3) or None, ended=round(outcome.ended, 3) or None)
+                    started=round(outcome.started, 3) or None, ended=round(outcome.ended, 3) or None,
+                    job_id=outcome.job_id, job_state=outcome.job_state, queued_s=outcome.queued_s)
         result = outcome.result
         if outcome.harness_error is not None:
             # A full disk (or the like) on the harness's side: the night stops with it; the
@@ -188,7 +189,8 @@ class RunExecutor:
                            for m in self.plan.mounts],
             "sandbox": {"backend": result.backend, **result.sandbox},
             "outputs": kept.to_dict(),
-            "worker": {"index": started.worker, "device": started.device, "node": outcome.node},
+            "worker": {"index": started.worker, "device": started.device, "node": outcome.node,
+                       "job_id": outcome.job_id, "queued_s": outcome.queued_s},
             "environment": env, "env_fingerprint": fingerprint(env),
             "determinism": determinism(
                 seed, self.plan.extra_env,
