@@ -12,7 +12,7 @@ from typing import Any
 
 from agent.decide.rules import make_rule
 from agent.night.data import prepare_data
-from agent.night.leftovers import end_leftovers
+from agent.night.leftovers import end_jobs, end_leftovers
 from agent.night.lock import TagLock, refuse_if_locked
 from agent.night.loop import ResearchLoop
 from agent.night.observer import Observer
@@ -24,8 +24,9 @@ from agent.record.provenance import environment
 from agent.record.summary import experiment_detail
 from agent.workspace.inspect import archive_tag
 from agent.workspace.repo import Workspace
-from cluster.protocol import OnDone, Workers
+from cluster.protocol import ClusterUnavailable, OnDispatched, OnDone, Workers
 from cluster.select import make_workers
+from cluster.slurm_settings import job_prefix
 
 _TAG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
@@ -42,6 +43,12 @@ def results_dir(program: Program, tag: str) -> Path:
         ignore.parent.mkdir(parents=True, exist_ok=True)
         ignore.write_text("*\n")
     return folder
+
+
+def node_sandbox(program: Program, chosen: str) -> str:
+    """The sandbox a cluster's node builds: what this machine chose, except that on Slurm
+    `auto` is the local sandbox (a Docker engine on the login node says nothing of the nodes)."""
+    return "local" if program.cluster == "slurm" and program.sandbox == "auto" else chosen
 
 
 def data_cache() -> Path:
@@ -108,6 +115,7 @@ def build_session(program: Program, tag: str, *, researcher: str, sandbox: str,
         if ended:
             notes.append(f"ended {len(ended)} process{'es' if len(ended) > 1 else ''} an earlier "
                          f"harness of tag {tag} left running: {', '.join(ended)}")
+        notes += _end_jobs(program, tag, results, ledger)
         workspace = Workspace.open(program.root, tag, results / "worktree")
         if plan.starts and workspace.head() != plan.head:
             workspace.reset_to(plan.head)     # a night with no evidence starts at today's HEAD
@@ -117,6 +125,21 @@ def build_session(program: Program, tag: str, *, researcher: str, sandbox: str,
         lock.release()
         raise
     return Session(loop=loop, results=results, notes=notes + more, lock=lock)
+
+
+def _end_jobs(program: Program, tag: str, results: Path, ledger: Ledger) -> list[str]:
+    """Cancel the Slurm jobs an earlier harness of the tag left queued or running."""
+    from cluster import slurm_queue
+
+    try:
+        cancelled = end_jobs(ledger.state if ledger.path.exists() else None, job_prefix(tag, results),
+                             required=program.cluster == "slurm")
+    except slurm_queue.SlurmError as error:
+        raise ClusterUnavailable(str(error)) from None
+    if not cancelled:
+        return []
+    return [f"cancelled {len(cancelled)} Slurm job{'s' if len(cancelled) > 1 else ''} an earlier "
+            f"harness of tag {tag} left queued or running: {', '.join(cancelled)}"]
 
 
 def _assemble(program: Program, tag: str, results: Path, ledger: Ledger, workspace: Workspace,
@@ -142,11 +165,13 @@ def _assemble(program: Program, tag: str, results: Path, ledger: Ledger, workspa
     executor = RunExecutor(plan=plan, runner=runner,
                            workspace=workspace, ledger=ledger, data=data, results_dir=results)
 
-    def workers(on_done: OnDone) -> Workers:
-        return make_workers(program.cluster, runner=runner, sandbox=runner.name,
+    def workers(on_done: OnDone, on_dispatched: OnDispatched) -> Workers:
+        return make_workers(program.cluster, runner=runner, sandbox=node_sandbox(program, runner.name),
                             image=program.image, workers=program.workers, on_done=on_done,
                             address=program.cluster_address, gpus=gpus,
-                            cpus_per_run=program.limits.cpus, facts=environment)
+                            cpus_per_run=program.limits.cpus, facts=environment,
+                            slurm=program.slurm, job_prefix=job_prefix(tag, results),
+                            memory_mb=program.limits.memory_mb, on_dispatched=on_dispatched)
     facts: dict[str, Any] = {
         "researcher": chosen.name, "researcher_why": researcher_why, "sandbox": runner.name,
         "sandbox_why": sandbox_why, "sandbox_facts": runner.describe(), "rule": rule.name,
