@@ -1,0 +1,215 @@
+"""The Slurm backend on a real cluster (munged, slurmctld, two slurmd on loopback): runs land as
+real jobs and come back, two workers keep two jobs running, a job cancelled or preempted is
+not a result and its seed runs again, Ctrl-C leaves nothing queued, a kill -9 with jobs queued
+and running resumes with nothing lost, duplicated or left in squeue, and every daemon listens
+on 127.0.0.1 only. The runs are sleep-paced: seconds each."""
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from agent.record.events import Verdict
+from cluster.slurm_settings import job_prefix
+from sandbox import Status
+from tests.loop_helpers import cli_env, events, git_out, loop_state, make_repo, nightshift
+from tests.night.test_scheduler import PROGRAM, SLEEPY, assert_no_run_twice, finished_runs, most_at_once
+
+pytestmark = pytest.mark.slurm
+
+
+def slurm_repo(tmp_path: Path, delay: str, baseline: int = 2, **slurm: str) -> Path:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    cpus = slurm.pop("cpus", None)
+    table = ", ".join(f"{k}: {v}" for k, v in {"shared_dir": str(shared), **slurm}.items())
+    limits = f"limits: {{memory: 1g, cpus: {cpus}}}\n" if cpus else "limits: {memory: 1g}\n"
+    program = PROGRAM.replace("---\nSleep", f"cluster: slurm\nslurm: {{{table}}}\n{limits}---\nSleep")
+    program = program.replace("baseline: 4", f"baseline: {baseline}")
+    return make_repo(tmp_path / "user", {"sleepy.py": SLEEPY.replace("DELAY = 0.5", f"DELAY = {delay}"),
+                                         "program.md": program})
+
+
+def squeue() -> dict[str, tuple[str, str]]:
+    """job id -> (name, state) of every job Slurm still knows."""
+    out = subprocess.run(["squeue", "-h", "--states=all", "-o", "%i|%j|%T"], capture_output=True,
+                         text=True, check=True).stdout
+    return {i: (n, s) for i, n, s in (line.split("|") for line in out.splitlines() if line)}
+
+
+def active_jobs_of(repo: Path, tag: str) -> list[str]:
+    prefix = job_prefix(tag, repo / "results" / tag)
+    return [f"{i} {n} {s}" for i, (n, s) in squeue().items()
+            if n.startswith(prefix) and s in ("PENDING", "RUNNING", "COMPLETING", "CONFIGURING")]
+
+
+def ledger_lines(repo: Path, tag: str) -> list[dict]:
+    path = repo / "results" / tag / "ledger.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
+
+
+def wait_for(what: str, check, proc: subprocess.Popen | None = None, timeout: float = 180):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        if proc is not None and proc.poll() is not None:
+            pytest.fail(f"the harness exited ({proc.returncode}) before {what}")
+        time.sleep(0.2)
+    if proc is not None:
+        proc.kill()
+    pytest.fail(f"{what} did not happen within {timeout:.0f} s")
+
+
+def harness(repo: Path, tag: str, env: dict, *args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "agent.cli", "run", "--tag", tag, *args], cwd=repo,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_every_slurm_daemon_listens_on_loopback_only(slurm_conf):
+    listeners = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True).stdout
+    ours = [line for line in listeners.splitlines() if re.search(r'"(slurmctld|slurmd)"', line)]
+    assert ours, "no slurmctld or slurmd listener found"
+    for line in ours:
+        assert line.split()[3].startswith(("127.0.0.1:", "[::ffff:127.0.0.1]:")), line
+
+
+def test_a_night_runs_as_real_jobs_two_at_a_time_and_everything_comes_back(tmp_path, slurm_conf):
+    repo = slurm_repo(tmp_path, delay="1.0")
+    done = nightshift(repo, "run", "--tag", "sl", "--workers", "2", "--max-experiments", "2",
+                      env=cli_env(tmp_path / "data"), timeout=400)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "sees" in done.stdout and "probe job" in done.stdout      # the start's probe ran
+    state = loop_state(repo, "sl")
+    runs = finished_runs(state)
+    assert runs and all(r.ok for r in runs), [r.reason for r in runs if not r.ok]
+    for run in runs:
+        assert run.node in {"n1", "n2"} and run.job_id and run.queued_s is not None
+        folder = repo / "results" / "sl" / "runs" / run.run_id
+        assert '"val_bpb"' in (folder / "out" / "result.json").read_text()   # back from the node
+        assert (folder / "log.txt").exists() and (folder / "slurm.log").exists()
+        provenance = json.loads((folder / "provenance.json").read_text())
+        assert provenance["worker"]["job_id"] == run.job_id and provenance["worker"]["node"] == run.node
+    assert len({r.job_id for r in runs}) == len(runs)                  # one job per run
+    assert most_at_once(runs) >= 2                                     # --workers 2: two at once
+    assert {r.node for r in runs} == {"n1", "n2"}
+    lines = ledger_lines(repo, "sl")
+    for run in runs:            # queued, then began, then finished, under one job id
+        kinds = [(e["event"], e.get("job_id")) for e in lines if e.get("run_id") == run.run_id]
+        assert kinds == [("run_started", None), ("run_queued", run.job_id), ("run_began", run.job_id),
+                         ("run_finished", run.job_id)], kinds
+    started = next(e for e in events(repo, "sl") if e["event"] == "loop_started")
+    assert started["cluster"] == "slurm" and started["workers"] == 2 and started["cluster_facts"]["partition"] == "debug"
+    jobs = squeue()
+    assert all(jobs[r.job_id][1] == "COMPLETED" for r in runs if r.job_id in jobs)
+    assert active_jobs_of(repo, "sl") == []
+    area = tmp_path / "shared" / "nightshift" / job_prefix("sl", repo / "results" / "sl")
+    assert list((area / "runs").iterdir()) == [] and list((area / "submitit").iterdir()) == []
+    shown = nightshift(repo, "status", "--tag", "sl", env=cli_env(tmp_path / "data"), timeout=60)
+    assert re.search(r"queue: \d+ runs waited .* before they began", shown.stdout), shown.stdout
+    assert "before they began" in (repo / "results" / "sl" / "report.html").read_text()   # the report
+    assert git_out(repo, "rev-parse", "nightshift/sl") == state.incumbent
+
+
+def test_a_job_cancelled_or_preempted_is_not_a_result_and_its_seed_runs_again(tmp_path, slurm_conf):
+    # one worker on partition `preempt`, whose jobs a job of `debug` requeues; each run takes a node
+    repo = slurm_repo(tmp_path, delay="6.0", partition="preempt")
+    env = cli_env(tmp_path / "data")
+    proc = harness(repo, "pre", env, "--workers", "1")
+
+    def began(skip: set[str]):
+        return next((e for e in ledger_lines(repo, "pre") if e["event"] == "run_began"
+                     and e["run_id"] not in skip), None)
+
+    def finished(run_id: str):
+        return next((e for e in ledger_lines(repo, "pre") if e["event"] == "run_finished"
+                     and e["run_id"] == run_id), None)
+
+    first = wait_for("a job began", lambda: began(set()), proc)
+    time.sleep(1.0)
+    subprocess.run(["scancel", first["job_id"]], check=True)               # someone else's scancel
+    cancelled = wait_for("the cancelled run was recorded", lambda: finished(first["run_id"]), proc)
+    second = wait_for("another job began", lambda: began({first["run_id"]}), proc)
+    time.sleep(1.0)
+    blocker = subprocess.run(["sbatch", "--parsable", "-p", "debug", "-w", second["node"], "-c", "2",
+                              "-J", "blocker", "-o", "/dev/null", "--wrap", "sleep 2"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    preempted = wait_for("the preempted run was recorded", lambda: finished(second["run_id"]), proc)
+
+    def ran_again(event) -> bool:
+        return any(e["event"] == "run_finished" and e["status"] == "ok" and e["seed"] == event["seed"]
+                   and e["commit"] == event["commit"] and e["role"] == event["role"]
+                   for e in ledger_lines(repo, "pre"))
+
+    wait_for("both seeds ran again", lambda: ran_again(cancelled) and ran_again(preempted), proc, 240)
+    proc.send_signal(signal.SIGINT)                                       # Ctrl-C: the exit path
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-3000:]
+    assert cancelled["status"] == "interrupted" and cancelled["job_state"] == "CANCELLED"
+    assert "cancelled outside Nightshift" in cancelled["reason"] and "runs again" in cancelled["reason"]
+    assert preempted["status"] == "interrupted" and preempted["job_state"] == "PREEMPTED"
+    assert "preempted" in preempted["reason"] and squeue()[blocker][1] == "COMPLETED"
+    state = loop_state(repo, "pre")
+    assert not state.in_flight and all(r.status != Status.CRASH for r in state.runs)
+    assert {r.run_id for r in state.interrupted} >= {first["run_id"], second["run_id"]}
+    assert_no_run_twice(state)                    # taken back, not recorded as a second result
+    assert active_jobs_of(repo, "pre") == [], "Ctrl-C left a job of the tag in Slurm"
+    shown = nightshift(repo, "status", "--tag", "pre", env=env, timeout=60)
+    said = " ".join(shown.stdout.split())
+    assert "taken back by the cluster (not results; their seeds ran again): cancelled 1, preempted 1" \
+        in said, shown.stdout
+
+
+def test_kill_9_with_jobs_queued_and_running_resumes_with_nothing_lost_duplicated_or_left_queued(
+        tmp_path, slurm_conf):
+    # two CPUs per run: two jobs fill the two nodes and a third waits in the queue
+    repo = slurm_repo(tmp_path, delay="3.0", baseline=6, cpus="2")
+    env = cli_env(tmp_path / "data")
+    proc = harness(repo, "k9", env, "--workers", "3", "--max-experiments", "2")
+
+    def in_flight():
+        lines = ledger_lines(repo, "k9")
+        done = {e["run_id"] for e in lines if e["event"] == "run_finished"}
+        ok = [e["run_id"] for e in lines if e["event"] == "run_finished" and e["status"] == "ok"]
+        running = {e["run_id"]: e["job_id"] for e in lines if e["event"] == "run_began"
+                   and e["run_id"] not in done}
+        queued = {e["run_id"]: e["job_id"] for e in lines if e["event"] == "run_queued"
+                  and e["run_id"] not in done and e["run_id"] not in running}
+        return (ok, {**running, **queued}) if ok and len(running) >= 2 and queued else None
+
+    ok_before, old_jobs = wait_for("two jobs running and one queued, after a result", in_flight, proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate()
+    jobs = squeue()
+    alive = [j for j in old_jobs.values() if jobs.get(j, ("", ""))[1] in ("PENDING", "RUNNING")]
+    assert len(alive) >= 2, "the premise: Slurm jobs outlive the harness that submitted them"
+    script = tmp_path / "script.json"     # the resumed night: one candidate, worse at once
+    script.write_text(json.dumps([{"knobs": {"LEVEL": 2.5}, "description": "worse"}]))
+    again = nightshift(repo, "run", "--tag", "k9", "--workers", "2", "--max-experiments", "1",
+                       "--researcher", "scripted", "--script", str(script), env=env, timeout=400)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert re.search(r"cancelled \d+ Slurm jobs? an earlier harness of tag k9 left", again.stdout)
+    jobs = squeue()
+    for job_id in old_jobs.values():              # nothing of the old invocation ran on
+        assert jobs.get(job_id, ("", "CANCELLED"))[1] in ("CANCELLED", "COMPLETED"), (job_id, jobs.get(job_id))
+    lines = ledger_lines(repo, "k9")
+    resumed_at = next(i for i, e in enumerate(lines) if e["event"] == "loop_resumed")
+    assert not [e for e in lines[resumed_at:] if e.get("run_id") in old_jobs], \
+        "the resumed night heard from a job of the killed one"
+    state = loop_state(repo, "k9")
+    assert not state.in_flight and assert_no_run_twice(state) is None
+    assert set(ok_before) <= {r.run_id for r in state.runs}                  # nothing lost
+    assert set(old_jobs) <= {r.run_id for r in state.interrupted}            # closed, not lost
+    assert all(e.decided for e in state.experiments.values())
+    assert git_out(repo, "rev-parse", "nightshift/k9") == state.incumbent
+    for experiment in state.experiments.values():
+        if experiment.commit and experiment.verdict != Verdict.KEEP:
+            assert git_out(repo, "rev-parse", f"refs/nightshift/k9/discarded/{experiment.id}") == experiment.commit
+    assert active_jobs_of(repo, "k9") == []
