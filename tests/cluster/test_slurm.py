@@ -1,8 +1,9 @@
 """The Slurm backend on a real cluster (munged, slurmctld, two slurmd on loopback): runs land as
 real jobs and come back, two workers keep two jobs running, a job cancelled or preempted is
-not a result and its seed runs again, Ctrl-C leaves nothing queued, a kill -9 with jobs queued
-and running resumes with nothing lost, duplicated or left in squeue, and every daemon listens
-on 127.0.0.1 only. The runs are sleep-paced: seconds each."""
+not a result and its seed runs again, a node that fails fails only its run, Ctrl-C leaves
+nothing queued, a kill -9 with jobs queued and running resumes with nothing lost, duplicated
+or left in squeue, a candidate that writes a protected file is tampered on a node as here, and
+every daemon listens on 127.0.0.1 only. The runs are sleep-paced: seconds each."""
 import json
 import re
 import signal
@@ -29,8 +30,10 @@ def slurm_repo(tmp_path: Path, delay: str, baseline: int = 2, **slurm: str) -> P
     table = ", ".join(f"{k}: {v}" for k, v in {"shared_dir": str(shared), **slurm}.items())
     limits = f"limits: {{memory: 1g, cpus: {cpus}}}\n" if cpus else "limits: {memory: 1g}\n"
     program = PROGRAM.replace("---\nSleep", f"cluster: slurm\nslurm: {{{table}}}\n{limits}---\nSleep")
-    program = program.replace("baseline: 4", f"baseline: {baseline}")
+    program = program.replace("baseline: 4", f"baseline: {baseline}").replace(
+        "protected: []", "protected: [judge.py]")
     return make_repo(tmp_path / "user", {"sleepy.py": SLEEPY.replace("DELAY = 0.5", f"DELAY = {delay}"),
+                                         "judge.py": "# the evaluation a candidate must not touch\n",
                                          "program.md": program})
 
 
@@ -118,7 +121,15 @@ def test_a_night_runs_as_real_jobs_two_at_a_time_and_everything_comes_back(tmp_p
     assert git_out(repo, "rev-parse", "nightshift/sl") == state.incumbent
 
 
-def test_a_job_cancelled_or_preempted_is_not_a_result_and_its_seed_runs_again(tmp_path, slurm_conf):
+def node_back(node: str) -> None:
+    """Return a node marked down to service (ReturnToService=2 may have done it already)."""
+    subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], capture_output=True)
+    wait_for(f"{node} back in service", lambda: "idle" in subprocess.run(
+        ["sinfo", "-h", "-N", "-n", node, "-o", "%t"], capture_output=True, text=True).stdout, timeout=60)
+
+
+def test_a_job_cancelled_or_preempted_is_not_a_result_and_a_node_failure_fails_only_its_run(
+        tmp_path, slurm_conf):
     # one worker on partition `preempt`, whose jobs a job of `debug` requeues; each run takes a node
     repo = slurm_repo(tmp_path, delay="6.0", partition="preempt")
     env = cli_env(tmp_path / "data")
@@ -142,13 +153,20 @@ def test_a_job_cancelled_or_preempted_is_not_a_result_and_its_seed_runs_again(tm
                               "-J", "blocker", "-o", "/dev/null", "--wrap", "sleep 2"],
                              capture_output=True, text=True, check=True).stdout.strip()
     preempted = wait_for("the preempted run was recorded", lambda: finished(second["run_id"]), proc)
+    third = wait_for("a third job began", lambda: began({first["run_id"], second["run_id"]}), proc)
+    time.sleep(1.0)
+    subprocess.run(["scontrol", "update", f"nodename={third['node']}", "state=down",
+                    "reason=nightshift-test"], check=True)                # the node fails under it
+    failed = wait_for("the node failure was recorded", lambda: finished(third["run_id"]), proc)
+    node_back(third["node"])
 
     def ran_again(event) -> bool:
         return any(e["event"] == "run_finished" and e["status"] == "ok" and e["seed"] == event["seed"]
                    and e["commit"] == event["commit"] and e["role"] == event["role"]
                    for e in ledger_lines(repo, "pre"))
 
-    wait_for("both seeds ran again", lambda: ran_again(cancelled) and ran_again(preempted), proc, 240)
+    wait_for("the seeds ran again", lambda: all(ran_again(e) for e in (cancelled, preempted, failed)),
+             proc, 240)
     proc.send_signal(signal.SIGINT)                                       # Ctrl-C: the exit path
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err[-3000:]
@@ -156,10 +174,14 @@ def test_a_job_cancelled_or_preempted_is_not_a_result_and_its_seed_runs_again(tm
     assert "cancelled outside Nightshift" in cancelled["reason"] and "runs again" in cancelled["reason"]
     assert preempted["status"] == "interrupted" and preempted["job_state"] == "PREEMPTED"
     assert "preempted" in preempted["reason"] and squeue()[blocker][1] == "COMPLETED"
+    assert failed["status"] == "crash" and failed["job_state"] == "NODE_FAIL"
+    assert "only this run is lost" in failed["reason"]
     state = loop_state(repo, "pre")
-    assert not state.in_flight and all(r.status != Status.CRASH for r in state.runs)
+    assert not state.in_flight and state.stopped_reason == "interrupted"   # the night went on
+    assert [r.run_id for r in state.runs if r.status == Status.CRASH] == [third["run_id"]]
     assert {r.run_id for r in state.interrupted} >= {first["run_id"], second["run_id"]}
-    assert_no_run_twice(state)                    # taken back, not recorded as a second result
+    ok = [(r.commit, r.seed, r.role) for r in state.runs if r.ok]
+    assert len(ok) == len(set(ok))                # taken back, not recorded as a second result
     assert active_jobs_of(repo, "pre") == [], "Ctrl-C left a job of the tag in Slurm"
     shown = nightshift(repo, "status", "--tag", "pre", env=env, timeout=60)
     said = " ".join(shown.stdout.split())
@@ -190,8 +212,10 @@ def test_kill_9_with_jobs_queued_and_running_resumes_with_nothing_lost_duplicate
     jobs = squeue()
     alive = [j for j in old_jobs.values() if jobs.get(j, ("", ""))[1] in ("PENDING", "RUNNING")]
     assert len(alive) >= 2, "the premise: Slurm jobs outlive the harness that submitted them"
-    script = tmp_path / "script.json"     # the resumed night: one candidate, worse at once
-    script.write_text(json.dumps([{"knobs": {"LEVEL": 2.5}, "description": "worse"}]))
+    script = tmp_path / "script.json"     # the resumed night: a candidate that writes the judge
+    script.write_text(json.dumps([{"replace": ["time.sleep(DELAY)",
+                                               "os.remove('judge.py'); open('judge.py', 'w').write('x')\ntime.sleep(DELAY)"],
+                                   "description": "rewrites the judge"}]))
     again = nightshift(repo, "run", "--tag", "k9", "--workers", "2", "--max-experiments", "1",
                        "--researcher", "scripted", "--script", str(script), env=env, timeout=400)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
@@ -208,6 +232,9 @@ def test_kill_9_with_jobs_queued_and_running_resumes_with_nothing_lost_duplicate
     assert set(ok_before) <= {r.run_id for r in state.runs}                  # nothing lost
     assert set(old_jobs) <= {r.run_id for r in state.interrupted}            # closed, not lost
     assert all(e.decided for e in state.experiments.values())
+    # the integrity check holds on a node as here: the candidate that wrote the judge is tampered
+    assert state.experiments["e0001"].verdict == Verdict.TAMPERED
+    assert "judge.py" in state.experiments["e0001"].decision.reason
     assert git_out(repo, "rev-parse", "nightshift/k9") == state.incumbent
     for experiment in state.experiments.values():
         if experiment.commit and experiment.verdict != Verdict.KEEP:
