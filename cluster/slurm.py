@@ -42,7 +42,7 @@ from cluster import slurm_queue as queue
 from cluster.protocol import (ClusterUnavailable, Dispatched, Job, OnDispatched, OnDone, OnOutput,
                               Outcome, Slot, Workers)
 from cluster.slurm_jobs import Request, job_deadline_s, make_executor, probe_nodes, remove_job_files
-from cluster.slurm_node import BEGAN, run_on_node
+from cluster.slurm_node import BEGAN, OUTPUT, PRIVATE, run_on_node
 from cluster.slurm_settings import SlurmSettings, check_shared_dir, time_limit_min
 from cluster.staging import (Relocation, StagingError, bring_back, copy_in, fingerprint, paths_in,
                              relocate, remove_tree, run_folder)
@@ -70,6 +70,8 @@ class _Entry:
     cancelled: bool = False
     ended_seen: float | None = None   # when Slurm first said it ended, awaiting its answer
     inputs: tuple[Path, ...] = ()
+    on_output: OnOutput | None = None
+    output_read: int = 0            # bytes of the run's output file passed on so far
 
 
 class SlurmWorkers(Workers):
@@ -120,7 +122,8 @@ class SlurmWorkers(Workers):
         job = dataclasses.replace(job, spec=dataclasses.replace(job.spec, limits=limits))
         entry = _Entry(job=job, slot=slot, submitted=time.time(),
                        shared_run=self.area / "runs" / job.run_id,
-                       time_limit_min=time_limit_min(job_deadline_s(job), self.settings))
+                       time_limit_min=time_limit_min(job_deadline_s(job), self.settings),
+                       on_output=on_output)
         with self._lock:
             self._entries[job.run_id] = entry
             self._submit_queue.append(job.run_id)
@@ -251,6 +254,8 @@ class SlurmWorkers(Workers):
         for entry in entries:
             if entry.began is None:
                 self._check_began(entry)
+            if entry.began is not None and entry.on_output is not None:
+                self._follow(entry)
             answer = self._answer(entry)
             state = states.get(entry.job_id) if states is not None else None
             if answer is not None:
@@ -268,6 +273,20 @@ class SlurmWorkers(Workers):
         if self.on_dispatched:
             self.on_dispatched(Dispatched(entry.job.run_id, entry.job_id or "", entry.node,
                                           round(max(0.0, entry.began - entry.submitted), 3)))
+
+    @staticmethod
+    def _follow(entry: _Entry) -> None:
+        """Pass on the complete lines the run printed since the last look."""
+        try:
+            with open(entry.shared_run / OUTPUT, "rb") as handle:
+                handle.seek(entry.output_read)
+                chunk = handle.read()
+        except OSError:
+            return
+        end = chunk.rfind(b"\n") + 1
+        entry.output_read += end
+        for line in chunk[:end].decode("utf-8", errors="replace").splitlines():
+            entry.on_output(entry.job.run_id, line)
 
     @staticmethod
     def _answer(entry: _Entry) -> tuple[str, Any] | None:
@@ -340,7 +359,10 @@ class SlurmWorkers(Workers):
     def _brought_back(self, entry: _Entry, outcome: Outcome) -> Outcome:
         """The node's outcome with the run's folder moved home and its paths the harness's."""
         own = run_folder(entry.job)
-        (entry.shared_run / BEGAN).unlink(missing_ok=True)
+        if entry.on_output is not None:
+            self._follow(entry)              # the last lines, before the answer
+        for name in PRIVATE:
+            (entry.shared_run / name).unlink(missing_ok=True)
         if entry.shared_run.exists():
             bring_back(entry.shared_run, own)
         outcome = relocate(outcome, Relocation.of({entry.shared_run: own}, keep=(Path("/"),)))
@@ -361,6 +383,8 @@ class SlurmWorkers(Workers):
                            duration_s=round(now - start, 3) if entry.began else 0.0,
                            peak_memory_mb=None, log_path=log, log_tail="\n".join(text.splitlines()[-40:]),
                            backend=self.sandbox, started_at=stamp, ended_at=stamp, reason=reason)
+        for name in PRIVATE:
+            (entry.shared_run / name).unlink(missing_ok=True)
         if entry.shared_run.exists():
             bring_back(entry.shared_run, own)
         return Outcome(entry.job.run_id, entry.slot.index, result, node=entry.node,

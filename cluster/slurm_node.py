@@ -13,7 +13,8 @@ Slurm ends a job with SIGTERM (scancel, preemption, the time limit): the handler
 the way the harness stops a local one (the sandbox kills its tree, the run is INTERRUPTED)
 and says which signal came, so the harness can ask Slurm what it meant. A file
 `.nightshift-began.json` in the shared run folder, written first, tells the harness that the
-job left the queue, where, and when.
+job left the queue, where, and when; `.nightshift-output` gets each line the run prints as it
+prints it, which the harness follows for its live view (what a local worker's `on_output` gets).
 """
 from __future__ import annotations
 
@@ -32,6 +33,8 @@ from cluster.protocol import Job, Outcome, Slot
 from cluster.staging import Relocation, bring_back, relocate, remove_tree, run_folder
 
 BEGAN = ".nightshift-began.json"
+OUTPUT = ".nightshift-output"       # the run's lines as it prints them, for the harness to follow
+PRIVATE = (BEGAN, OUTPUT)           # the harness's files in the shared run folder, not the run's
 
 
 def node_name() -> str:
@@ -74,7 +77,9 @@ def run_on_node(job: Job, sandbox: str, image: str,
         slot = Slot(0, f"cuda:{gpu}" if gpu is not None else "cpu", gpu=gpu)
         try:
             runner, _ = make_runner(sandbox, image=image)
-            outcome = execute(runner, relocate(job, here), slot, stop)
+            with open(shared_run / OUTPUT, "a", encoding="utf-8", buffering=1) as lines:
+                outcome = execute(runner, relocate(job, here), slot, stop,
+                                  lambda line: lines.write(line.rstrip("\n") + "\n"))
         except Exception as error:   # the backend could not even be made here: this run's failure
             outcome = Outcome(job.run_id, 0, None, started=began, ended=time.time(),
                               error=f"{type(error).__name__}: {error}")

@@ -45,12 +45,6 @@ def results_dir(program: Program, tag: str) -> Path:
     return folder
 
 
-def node_sandbox(program: Program, chosen: str) -> str:
-    """The sandbox a cluster's node builds: what this machine chose, except that on Slurm
-    `auto` is the local sandbox (a Docker engine on the login node says nothing of the nodes)."""
-    return "local" if program.cluster == "slurm" and program.sandbox == "auto" else chosen
-
-
 def data_cache() -> Path:
     return Path(os.environ.get("NIGHTSHIFT_DATA_ROOT", Path.home() / ".cache" / "nightshift" / "data"))
 
@@ -91,7 +85,12 @@ def build_session(program: Program, tag: str, *, researcher: str, sandbox: str,
     plan = prestart(program, tag, results, snapshot.state if snapshot else None, fresh=fresh,
                     allow_dirty=allow_dirty)
     rule = make_rule(program.decision, program.rule_settings)
-    runner, sandbox_why = make_runner(sandbox, image=program.image)
+    if program.cluster == "slurm" and sandbox == "auto":
+        # the nodes' sandbox: a Docker engine on the login node says nothing of the nodes
+        runner, _ = make_runner("local", image=program.image)
+        sandbox_why = "local (auto on Slurm: the local sandbox on each node)"
+    else:
+        runner, sandbox_why = make_runner(sandbox, image=program.image)
     name, researcher_why = resolve_researcher_name(researcher, os.environ)
     if program.control > 0 and name == "optuna":
         raise ValueError(f"{program.locate('control')}: control: {program.control:g} asks for an "
@@ -166,7 +165,7 @@ def _assemble(program: Program, tag: str, results: Path, ledger: Ledger, workspa
                            workspace=workspace, ledger=ledger, data=data, results_dir=results)
 
     def workers(on_done: OnDone, on_dispatched: OnDispatched) -> Workers:
-        return make_workers(program.cluster, runner=runner, sandbox=node_sandbox(program, runner.name),
+        return make_workers(program.cluster, runner=runner, sandbox=runner.name,
                             image=program.image, workers=program.workers, on_done=on_done,
                             address=program.cluster_address, gpus=gpus,
                             cpus_per_run=program.limits.cpus, facts=environment,

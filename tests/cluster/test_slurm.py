@@ -240,3 +240,44 @@ def test_kill_9_with_jobs_queued_and_running_resumes_with_nothing_lost_duplicate
         if experiment.commit and experiment.verdict != Verdict.KEEP:
             assert git_out(repo, "rev-parse", f"refs/nightshift/k9/discarded/{experiment.id}") == experiment.commit
     assert active_jobs_of(repo, "k9") == []
+
+
+def test_a_runs_lines_reach_the_harness_as_it_prints_them_and_a_cancel_ends_it(tmp_path, slurm_conf):
+    import queue
+
+    from cluster.protocol import Job
+    from cluster.select import make_workers
+    from cluster.slurm_settings import SlurmSettings
+    from sandbox.local import LocalRunner
+    from sandbox.protocol import Limits, RunSpec
+
+    (tmp_path / "snapshot").mkdir()
+    (tmp_path / "snapshot" / "train.py").write_text(
+        "import time\nfor step in (1, 2):\n    print(f'step {step} loss {3 - step}.0', flush=True)\n"
+        "    time.sleep(0.5)\ntime.sleep(120)\n")
+    (tmp_path / "data").mkdir()
+    (tmp_path / "shared").mkdir()
+    out = tmp_path / "runs" / "r1" / "out"
+    out.mkdir(parents=True)
+    job = Job(run_id="r1", spec=RunSpec(command=f"{sys.executable} train.py",
+                                        snapshot_dir=tmp_path / "snapshot", data_dir=tmp_path / "data",
+                                        out_dir=out, seed=0, budget_s=60, grace_s=10, metric="val_bpb",
+                                        limits=Limits(memory_mb=256)))
+    done, news, lines = queue.Queue(), [], []
+    workers = make_workers("slurm", runner=LocalRunner(), sandbox="local", image="", workers=1,
+                           on_done=done.put, slurm=SlurmSettings(shared_dir=str(tmp_path / "shared")),
+                           job_prefix=job_prefix("unit", tmp_path), memory_mb=256,
+                           on_dispatched=news.append)
+    try:
+        workers.submit(workers.slots[0], job, on_output=lambda run_id, line: lines.append((run_id, line)))
+        wait_for("the run's second line", lambda: ("r1", "step 2 loss 1.0") in lines, timeout=120)
+        assert done.empty()                       # the lines came while it ran, not at its end
+        workers.cancel("r1")
+        outcome = done.get(timeout=60)
+    finally:
+        workers.close()
+    assert outcome.result.status == Status.INTERRUPTED and outcome.job_state is None
+    assert "cancelled by the harness" in outcome.result.reason
+    assert [n.node is None for n in news] == [True, False] and news[1].node in {"n1", "n2"}
+    assert outcome.job_id == news[0].job_id and squeue()[outcome.job_id][1] == "CANCELLED"
+    assert (out.parent / "log.txt").read_text().startswith("step 1 loss 2.0")   # its log came back
