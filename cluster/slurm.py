@@ -25,7 +25,9 @@ restarting it behind the harness's back; a node that fails fails only its run.
 
 Job names are `<job prefix>-<run id>`, the prefix naming the tag and its results folder, so a
 harness killed with jobs queued leaves them findable: the next `run --tag` cancels them
-(agent/night/leftovers.py). Ctrl-C and the loop's exits cancel them through `cancel_all`.
+(agent/night/leftovers.py). Ctrl-C and the loop's exits cancel them through `cancel_all`. And
+the harness rewrites a heartbeat in the shared folder every few seconds; a job whose harness
+stopped beating stops its run by itself (cluster/slurm_node.watch_harness).
 """
 from __future__ import annotations
 
@@ -42,7 +44,7 @@ from cluster import slurm_queue as queue
 from cluster.protocol import (ClusterUnavailable, Dispatched, Job, OnDispatched, OnDone, OnOutput,
                               Outcome, Slot, Workers)
 from cluster.slurm_jobs import Request, job_deadline_s, make_executor, probe_nodes, remove_job_files
-from cluster.slurm_node import BEGAN, OUTPUT, PRIVATE, run_on_node
+from cluster.slurm_node import BEGAN, HARNESS_LOST_S, OUTPUT, PRIVATE, run_on_node
 from cluster.slurm_settings import SlurmSettings, check_shared_dir, time_limit_min
 from cluster.staging import (Relocation, StagingError, bring_back, copy_in, fingerprint, paths_in,
                              relocate, remove_tree, run_folder)
@@ -52,6 +54,7 @@ POLL_S = 0.5          # how often the shared folder is looked at (files: cheap)
 SQUEUE_S = 3.0        # how often squeue is asked (one call for every job)
 RESULT_WAIT_S = 15.0  # a job Slurm says ended, whose answer the filesystem has not shown yet
 PROBE_WAIT_S = 60.0   # how long the start waits for the probe job to run
+HEARTBEAT_S = 5.0     # how often the harness rewrites its heartbeat for the nodes
 
 
 @dataclasses.dataclass
@@ -81,7 +84,7 @@ class SlurmWorkers(Workers):
                  on_done: OnDone, job_prefix: str, on_dispatched: OnDispatched | None = None,
                  cpus_per_run: float | None = None, memory_mb: int | None = None,
                  facts: Callable[[], dict[str, Any]] | None = None,
-                 probe_wait_s: float = PROBE_WAIT_S) -> None:
+                 probe_wait_s: float = PROBE_WAIT_S, harness_lost_s: float = HARNESS_LOST_S) -> None:
         try:
             import submitit  # noqa: F401  (`pip install -e '.[slurm]'`; only when chosen)
         except ImportError as error:
@@ -108,6 +111,8 @@ class SlurmWorkers(Workers):
         self._wake = threading.Event()
         self._closing = threading.Event()
         self._last_squeue = 0.0
+        self.heartbeat, self.harness_lost_s, self._beats = self.area / "heartbeat", harness_lost_s, 0
+        self._beat()
         self.notes = (probe_nodes(self._executor, self.request, self.area, self.shared,
                                   f"{job_prefix}-probe", probe_wait_s),)
         self._threads = [threading.Thread(target=self._submitter, name="nightshift-slurm-submit", daemon=True),
@@ -176,7 +181,8 @@ class SlurmWorkers(Workers):
     def _submit_one(self, entry: _Entry, job: Job) -> Any:
         self._executor.update_parameters(**self.request.parameters(
             f"{self.prefix}-{entry.job.run_id}", entry.time_limit_min))
-        return self._executor.submit(run_on_node, job, self.sandbox, self.image, self.facts)
+        return self._executor.submit(run_on_node, job, self.sandbox, self.image, self.facts,
+                                     str(self.heartbeat), self.harness_lost_s)
 
     def _submitter(self) -> None:
         while not self._closing.is_set():
@@ -237,12 +243,23 @@ class SlurmWorkers(Workers):
     # ---- watching ----------------------------------------------------------------------------
 
     def _watcher(self) -> None:
+        last_beat = time.monotonic()
         while not self._closing.is_set():
             try:
+                if time.monotonic() - last_beat >= HEARTBEAT_S:
+                    self._beat()
+                    last_beat = time.monotonic()
                 self._look()
             except Exception as error:   # squeue hiccups: say so, keep watching
                 print(f"nightshift: the Slurm watcher: {error}", file=sys.stderr)
             self._closing.wait(POLL_S)
+
+    def _beat(self) -> None:
+        """Rewrite the heartbeat the nodes watch (cluster/slurm_node.watch_harness)."""
+        self._beats += 1
+        staging = self.heartbeat.with_name(f".heartbeat.{os.getpid()}")
+        staging.write_text(f"{os.getpid()} {self._beats}")
+        staging.replace(self.heartbeat)
 
     def _look(self) -> None:
         with self._lock:
@@ -308,16 +325,24 @@ class SlurmWorkers(Workers):
                                         error=f"Slurm job {entry.job_id} failed on {entry.node or 'its node'}: {last[0]}"))
             return
         outcome: Outcome = value["outcome"]
-        if value.get("signal") and not entry.cancelled:
+        stopped_by = value.get("signal")
+        if stopped_by == "HARNESS_LOST" and not entry.cancelled:
+            # the node thought this harness dead (a heartbeat a slow filesystem did not show)
+            outcome.result = dataclasses.replace(outcome.result, status=Status.INTERRUPTED, metric=None, reason=(
+                f"the node stopped it: the harness's heartbeat in {self.shared} did not change for "
+                f"{self.harness_lost_s:.0f} s there (a filesystem's lag?); not a result, its seed runs "
+                f"again")) if outcome.result else None
+        elif stopped_by and not entry.cancelled:
             # Slurm stopped it (scancel, preemption, the time limit): its state says which
             if not asked or (state is not None and state.active):
                 return        # ask again at the next squeue
-            ending = queue.ending(state or queue.JobState(entry.job_id or "", "", "CANCELLED", entry.node or ""),
-                                  cancelled_by_us=False, time_limit_min=entry.time_limit_min)
+            if state is None or state.state == "COMPLETED":   # gone, or only signalled: from outside
+                state = queue.JobState(entry.job_id or "", "", "CANCELLED", entry.node or "")
+            ending = queue.ending(state, cancelled_by_us=False, time_limit_min=entry.time_limit_min)
             outcome.result = dataclasses.replace(outcome.result, status=ending.status, reason=ending.reason,
                                                  metric=None) if outcome.result else None
-            outcome.job_state = state.state if state else "CANCELLED"
-        elif value.get("signal"):        # the harness's own cancel: no news of the cluster's
+            outcome.job_state = state.state
+        elif stopped_by:                 # the harness's own cancel: no news of the cluster's
             if outcome.result is not None:
                 outcome.result = dataclasses.replace(outcome.result, reason=f"cancelled by the harness "
                                                      f"(Slurm job {entry.job_id})")

@@ -15,6 +15,8 @@ and says which signal came, so the harness can ask Slurm what it meant. A file
 `.nightshift-began.json` in the shared run folder, written first, tells the harness that the
 job left the queue, where, and when; `.nightshift-output` gets each line the run prints as it
 prints it, which the harness follows for its live view (what a local worker's `on_output` gets).
+And a job never outlives its harness for long: when the harness's heartbeat stops (a kill -9),
+the run is stopped within `HARNESS_LOST_S` (the next `run --tag` cancels such jobs at once).
 """
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ from cluster.protocol import Job, Outcome, Slot
 from cluster.staging import Relocation, bring_back, relocate, remove_tree, run_folder
 
 BEGAN = ".nightshift-began.json"
+HARNESS_LOST_S = 120.0              # a heartbeat unchanged this long: its harness is gone
 OUTPUT = ".nightshift-output"       # the run's lines as it prints them, for the harness to follow
 PRIVATE = (BEGAN, OUTPUT)           # the harness's files in the shared run folder, not the run's
 
@@ -49,9 +52,11 @@ def visible_gpu() -> int | None:
 
 
 def run_on_node(job: Job, sandbox: str, image: str,
-                facts: Callable[[], dict[str, Any]] | None = None) -> dict[str, Any]:
+                facts: Callable[[], dict[str, Any]] | None = None,
+                heartbeat: str | None = None, lost_s: float = HARNESS_LOST_S) -> dict[str, Any]:
     """The job: run `job` in the `sandbox` backend of this node. Returns {"outcome", "began",
-    "signal"} (`signal`: the name of the signal that stopped it, or None)."""
+    "signal"} (`signal`: the name of the signal that stopped it, or None). `heartbeat` is the
+    harness's file in the shared folder (see `watch_harness`)."""
     from sandbox.select import make_runner
 
     began = time.time()
@@ -68,6 +73,8 @@ def run_on_node(job: Job, sandbox: str, image: str,
 
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR2):
         signal.signal(signum, stopping)
+    if heartbeat is not None:
+        watch_harness(Path(heartbeat), lost_s, stop, caught)
     scratch_root = os.environ.get("SLURM_TMPDIR") or os.environ.get("TMPDIR") or tempfile.gettempdir()
     scratch = Path(tempfile.mkdtemp(prefix=f"nightshift-{job.run_id}-", dir=scratch_root))
     try:
@@ -94,6 +101,30 @@ def run_on_node(job: Job, sandbox: str, image: str,
     outcome.node = node_name()
     outcome.environment = facts() if facts else None
     return {"outcome": outcome, "began": began, "signal": caught[0] if caught else None}
+
+
+def watch_harness(heartbeat: Path, lost_s: float, stop: threading.Event, caught: list[str]) -> None:
+    """Stop the run once the harness's heartbeat (a counter it rewrites every few seconds)
+    has not changed for `lost_s` by this node's own clock (no clock is compared with the
+    harness's): a harness killed with -9 leaves no job running past that, even if no one runs
+    the tag again. A job that starts after its harness died stops at once the same way."""
+    def read() -> str | None:
+        try:
+            return heartbeat.read_text()
+        except OSError:
+            return None
+
+    def watch() -> None:
+        seen, since = read(), time.monotonic()
+        while not stop.wait(min(5.0, lost_s / 4)):
+            now = read()
+            if now != seen:
+                seen, since = now, time.monotonic()
+            elif time.monotonic() - since > lost_s:
+                caught.append("HARNESS_LOST")
+                stop.set()
+
+    threading.Thread(target=watch, name="nightshift-harness-watch", daemon=True).start()
 
 
 def _skeleton(source: Path, dest: Path) -> None:

@@ -281,3 +281,40 @@ def test_a_runs_lines_reach_the_harness_as_it_prints_them_and_a_cancel_ends_it(t
     assert [n.node is None for n in news] == [True, False] and news[1].node in {"n1", "n2"}
     assert outcome.job_id == news[0].job_id and squeue()[outcome.job_id][1] == "CANCELLED"
     assert (out.parent / "log.txt").read_text().startswith("step 1 loss 2.0")   # its log came back
+
+
+def test_a_job_whose_harness_stopped_beating_ends_by_itself(tmp_path, slurm_conf):
+    """A kill -9 of the harness with no resume after it: its jobs stop on their own."""
+    import queue
+
+    from cluster.protocol import Job
+    from cluster.slurm import SlurmWorkers
+    from cluster.slurm_settings import SlurmSettings
+    from sandbox.protocol import Limits, RunSpec
+
+    (tmp_path / "snapshot").mkdir()
+    (tmp_path / "snapshot" / "train.py").write_text("import time\ntime.sleep(120)\n")
+    (tmp_path / "data").mkdir()
+    (tmp_path / "shared").mkdir()
+    out = tmp_path / "runs" / "r1" / "out"
+    out.mkdir(parents=True)
+    job = Job(run_id="r1", spec=RunSpec(command=f"{sys.executable} train.py",
+                                        snapshot_dir=tmp_path / "snapshot", data_dir=tmp_path / "data",
+                                        out_dir=out, seed=0, budget_s=120, grace_s=10, metric="val_bpb",
+                                        limits=Limits(memory_mb=256)))
+    news: list = []
+    workers = SlurmWorkers(settings=SlurmSettings(shared_dir=str(tmp_path / "shared")), sandbox="local",
+                           image="", workers=1, on_done=queue.Queue().put, on_dispatched=news.append,
+                           job_prefix=job_prefix("beat", tmp_path), memory_mb=256, harness_lost_s=6.0)
+    try:
+        workers.submit(workers.slots[0], job)
+        wait_for("the job began", lambda: any(n.node for n in news), timeout=120)
+        job_id = news[0].job_id
+        workers._closing.set()                 # the harness's threads stop, as in a kill -9:
+        for thread in workers._threads:        # no cancel, no more heartbeats
+            thread.join(10)
+        ended = wait_for("the job ended by itself", lambda: squeue()[job_id][1] not in
+                         ("PENDING", "RUNNING", "COMPLETING"), timeout=60)
+        assert ended and squeue()[job_id][1] == "COMPLETED"     # it stopped its run and returned
+    finally:
+        workers.close(timeout_s=5)
