@@ -5,15 +5,13 @@ the node it lands on.
 
 `pip install -e '.[slurm]'` where the harness runs (a login node); the nodes run the same
 interpreter (`sys.executable`, as on a cluster whose software lives on a shared filesystem)
-and import Nightshift from the same place. The researcher, git and the ledger stay here. What
-travels, through `slurm.shared_dir` (a folder every node sees at the same path):
-- each input a job names (its snapshot, the data, the mounts of the user's data folder) is
-  copied once into `<shared>/nightshift/<job prefix>/inputs/` (a folder already inside the
-  shared directory is used in place); cluster/staging.py moves every path of the job;
-- the run's folder is made empty in `.../runs/<run id>/`; the node runs in its own scratch and
-  moves the log, result.json, the outputs and its working layer there; the harness moves them
-  into `results/<tag>/runs/<run id>/`, where the night keeps what `keep:` keeps;
-- submitit's own files (the pickled job, its answer, Slurm's log of the job) in `.../submitit/`.
+and import Nightshift from the same place. The researcher, git and the ledger stay here.
+Everything travels through `slurm.shared_dir` (a folder every node sees at the same path;
+cluster/slurm_area.py): the job's inputs copied once, its run folder, submitit's files. The
+node runs the job in its own scratch (cluster/slurm_node.py) and moves the log, result.json,
+the outputs and its working layer into the shared run folder; the harness moves them into
+`results/<tag>/runs/<run id>/`, where the night keeps what `keep:` keeps. Two threads here:
+one stages and submits, one watches (the shared folder every 0.5 s, squeue every 3 s).
 
 Each job asks for one GPU (`--gres=gpu:1`) where the partition has GPUs, else the CPUs a
 worker's share of a node would be (program.md `limits.cpus` for another number), `--mem` the
@@ -33,7 +31,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import sys
 import threading
 import time
@@ -44,10 +41,10 @@ from cluster import slurm_queue as queue
 from cluster.protocol import (ClusterUnavailable, Dispatched, Job, OnDispatched, OnDone, OnOutput,
                               Outcome, Slot, Workers)
 from cluster.slurm_jobs import Request, job_deadline_s, make_executor, probe_nodes, remove_job_files
-from cluster.slurm_node import BEGAN, HARNESS_LOST_S, OUTPUT, PRIVATE, run_on_node
+from cluster.slurm_area import SharedArea
+from cluster.slurm_node import BEGAN, HARNESS_LOST_S, OUTPUT, run_on_node
 from cluster.slurm_settings import SlurmSettings, check_shared_dir, time_limit_min
-from cluster.staging import (Relocation, StagingError, bring_back, copy_in, fingerprint, paths_in,
-                             relocate, remove_tree, run_folder)
+from cluster.staging import run_folder
 from sandbox import RunResult, Status
 
 POLL_S = 0.5          # how often the shared folder is looked at (files: cheap)
@@ -97,23 +94,17 @@ class SlurmWorkers(Workers):
         self.settings, self.sandbox, self.image, self.facts = settings, sandbox, image, facts
         self.on_done, self.on_dispatched, self.prefix = on_done, on_dispatched, job_prefix
         self.slots = [Slot(i, "slurm") for i in range(self.request.slots)]
-        self.area = self.shared / "nightshift" / job_prefix
-        for folder in ("runs", "submitit"):   # a killed harness's (its jobs were ended first)
-            remove_tree(self.area / folder)
-        for folder in ("inputs", "runs", "submitit"):
-            (self.area / folder).mkdir(parents=True, exist_ok=True)
-        self._executor = make_executor(self.area / "submitit")
+        self.area = SharedArea(self.shared, job_prefix)
+        self._executor = make_executor(self.area.submitit)
         self._lock = threading.Lock()
         self._entries: dict[str, _Entry] = {}
-        self._staged: dict[Path, Path] = {}          # input on this machine -> its shared copy
         self._submit_queue: list[str] = []
         self._submitted: list[str] = []              # every job id of this session
         self._wake = threading.Event()
         self._closing = threading.Event()
         self._last_squeue = 0.0
-        self.heartbeat, self.harness_lost_s, self._beats = self.area / "heartbeat", harness_lost_s, 0
-        self._beat()
-        self.notes = (probe_nodes(self._executor, self.request, self.area, self.shared,
+        self.harness_lost_s = harness_lost_s
+        self.notes = (probe_nodes(self._executor, self.request, self.area.root, self.shared,
                                   f"{job_prefix}-probe", probe_wait_s),)
         self._threads = [threading.Thread(target=self._submitter, name="nightshift-slurm-submit", daemon=True),
                          threading.Thread(target=self._watcher, name="nightshift-slurm-watch", daemon=True)]
@@ -126,7 +117,7 @@ class SlurmWorkers(Workers):
         limits = dataclasses.replace(job.spec.limits, cpuset=None, gpu=None)   # the node's to pick
         job = dataclasses.replace(job, spec=dataclasses.replace(job.spec, limits=limits))
         entry = _Entry(job=job, slot=slot, submitted=time.time(),
-                       shared_run=self.area / "runs" / job.run_id,
+                       shared_run=self.area.run_dir(job.run_id),
                        time_limit_min=time_limit_min(job_deadline_s(job), self.settings),
                        on_output=on_output)
         with self._lock:
@@ -168,13 +159,11 @@ class SlurmWorkers(Workers):
                 time.sleep(0.2)
         except queue.SlurmError as error:
             print(f"nightshift: {error}", file=sys.stderr)
-        for source, copy in list(self._staged.items()):
-            if not source.exists():      # a snapshot released meanwhile; the data stays staged
-                remove_tree(copy)
+        self.area.close()
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "sandbox": self.sandbox, **self.request.describe(),
-                "shared_dir": str(self.shared), "job_prefix": self.prefix}
+                **self.area.describe(), "job_prefix": self.prefix}
 
     # ---- submitting --------------------------------------------------------------------------
 
@@ -182,7 +171,7 @@ class SlurmWorkers(Workers):
         self._executor.update_parameters(**self.request.parameters(
             f"{self.prefix}-{entry.job.run_id}", entry.time_limit_min))
         return self._executor.submit(run_on_node, job, self.sandbox, self.image, self.facts,
-                                     str(self.heartbeat), self.harness_lost_s)
+                                     str(self.area.heartbeat), self.harness_lost_s)
 
     def _submitter(self) -> None:
         while not self._closing.is_set():
@@ -205,7 +194,7 @@ class SlurmWorkers(Workers):
             self._report(entry, self._ended(entry, Status.INTERRUPTED, "cancelled before it was submitted"))
             return
         try:
-            job, inputs = self._stage(entry)
+            job, inputs = self.area.stage(entry.job)
             sub = self._submit_one(entry, job)
         except Exception as error:   # staging (a full shared disk) or sbatch refusing it
             self._report(entry, Outcome(entry.job.run_id, entry.slot.index, None,
@@ -219,27 +208,6 @@ class SlurmWorkers(Workers):
         if entry.cancelled:
             self._cancel([entry.job.run_id])
 
-    def _stage(self, entry: _Entry) -> tuple[Job, tuple[Path, ...]]:
-        """The job with its paths in the shared directory; its inputs copied there (once)."""
-        own = run_folder(entry.job)
-        table, inputs = {own: entry.shared_run}, []
-        for path in paths_in(entry.job):
-            if path.is_relative_to(own) or path.is_relative_to(self.shared):
-                continue
-            with self._lock:
-                copy = self._staged.get(path)
-            if copy is None:
-                if not path.exists():
-                    raise StagingError(f"{path}, which the run needs, does not exist")
-                copy = copy_in(path, self.area / "inputs" / fingerprint(path))
-                with self._lock:
-                    self._staged[path] = copy
-            table[path], inputs = copy, inputs + [path]
-        remove_tree(entry.shared_run)
-        for current, dirs, _ in os.walk(own):        # the folders the harness made (out/, ...)
-            (entry.shared_run / Path(current).relative_to(own)).mkdir(parents=True, exist_ok=True)
-        return relocate(entry.job, Relocation.of(table, keep=(self.shared,))), tuple(inputs)
-
     # ---- watching ----------------------------------------------------------------------------
 
     def _watcher(self) -> None:
@@ -247,19 +215,12 @@ class SlurmWorkers(Workers):
         while not self._closing.is_set():
             try:
                 if time.monotonic() - last_beat >= HEARTBEAT_S:
-                    self._beat()
+                    self.area.beat()
                     last_beat = time.monotonic()
                 self._look()
             except Exception as error:   # squeue hiccups: say so, keep watching
                 print(f"nightshift: the Slurm watcher: {error}", file=sys.stderr)
             self._closing.wait(POLL_S)
-
-    def _beat(self) -> None:
-        """Rewrite the heartbeat the nodes watch (cluster/slurm_node.watch_harness)."""
-        self._beats += 1
-        staging = self.heartbeat.with_name(f".heartbeat.{os.getpid()}")
-        staging.write_text(f"{os.getpid()} {self._beats}")
-        staging.replace(self.heartbeat)
 
     def _look(self) -> None:
         with self._lock:
@@ -383,15 +344,9 @@ class SlurmWorkers(Workers):
 
     def _brought_back(self, entry: _Entry, outcome: Outcome) -> Outcome:
         """The node's outcome with the run's folder moved home and its paths the harness's."""
-        own = run_folder(entry.job)
         if entry.on_output is not None:
             self._follow(entry)              # the last lines, before the answer
-        for name in PRIVATE:
-            (entry.shared_run / name).unlink(missing_ok=True)
-        if entry.shared_run.exists():
-            bring_back(entry.shared_run, own)
-        outcome = relocate(outcome, Relocation.of({entry.shared_run: own}, keep=(Path("/"),)))
-        return outcome
+        return self.area.home(entry.job, outcome)
 
     def _ended(self, entry: _Entry, status: Status, reason: str, job_state: str | None = None) -> Outcome:
         """An outcome for a job that ended without the node's answer (cancelled, preempted,
@@ -408,10 +363,7 @@ class SlurmWorkers(Workers):
                            duration_s=round(now - start, 3) if entry.began else 0.0,
                            peak_memory_mb=None, log_path=log, log_tail="\n".join(text.splitlines()[-40:]),
                            backend=self.sandbox, started_at=stamp, ended_at=stamp, reason=reason)
-        for name in PRIVATE:
-            (entry.shared_run / name).unlink(missing_ok=True)
-        if entry.shared_run.exists():
-            bring_back(entry.shared_run, own)
+        self.area.home(entry.job)
         return Outcome(entry.job.run_id, entry.slot.index, result, node=entry.node,
                        started=entry.began or 0.0, ended=now if entry.began else 0.0,
                        job_state=job_state)
@@ -439,10 +391,6 @@ class SlurmWorkers(Workers):
                 except OSError:
                     pass
             remove_job_files(paths)
-        remove_tree(entry.shared_run)
         with self._lock:
             needed = {path for e in self._entries.values() for path in e.inputs}
-            gone = [self._staged.pop(source) for source in entry.inputs
-                    if source not in needed and not source.exists() and source in self._staged]
-        for copy in gone:
-            remove_tree(copy)
+        self.area.release(entry.job.run_id, entry.inputs, needed)

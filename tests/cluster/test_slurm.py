@@ -110,8 +110,8 @@ def test_a_night_runs_as_real_jobs_two_at_a_time_and_everything_comes_back(tmp_p
                          ("run_finished", run.job_id)], kinds
     started = next(e for e in events(repo, "sl") if e["event"] == "loop_started")
     assert started["cluster"] == "slurm" and started["workers"] == 2 and started["cluster_facts"]["partition"] == "debug"
-    jobs = squeue()
-    assert all(jobs[r.job_id][1] == "COMPLETED" for r in runs if r.job_id in jobs)
+    jobs = squeue()    # (a run the loop stopped needing as it finished may be CANCELLED)
+    assert all(jobs[r.job_id][1] in ("COMPLETED", "CANCELLED") for r in runs if r.job_id in jobs)
     assert active_jobs_of(repo, "sl") == []
     area = tmp_path / "shared" / "nightshift" / job_prefix("sl", repo / "results" / "sl")
     assert list((area / "runs").iterdir()) == [] and list((area / "submitit").iterdir()) == []
