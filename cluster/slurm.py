@@ -287,26 +287,27 @@ class SlurmWorkers(Workers):
             return
         outcome: Outcome = value["outcome"]
         stopped_by = value.get("signal")
-        if stopped_by == "HARNESS_LOST" and not entry.cancelled:
-            # the node thought this harness dead (a heartbeat a slow filesystem did not show)
-            outcome.result = dataclasses.replace(outcome.result, status=Status.INTERRUPTED, metric=None, reason=(
-                f"the node stopped it: the harness's heartbeat in {self.shared} did not change for "
-                f"{self.harness_lost_s:.0f} s there (a filesystem's lag?); not a result, its seed runs "
-                f"again")) if outcome.result else None
-        elif stopped_by and not entry.cancelled:
-            # Slurm stopped it (scancel, preemption, the time limit): its state says which
-            if not asked or (state is not None and state.active):
-                return        # ask again at the next squeue
-            if state is None or state.state == "COMPLETED":   # gone, or only signalled: from outside
-                state = queue.JobState(entry.job_id or "", "", "CANCELLED", entry.node or "")
-            ending = queue.ending(state, cancelled_by_us=False, time_limit_min=entry.time_limit_min)
-            outcome.result = dataclasses.replace(outcome.result, status=ending.status, reason=ending.reason,
-                                                 metric=None) if outcome.result else None
-            outcome.job_state = state.state
-        elif stopped_by:                 # the harness's own cancel: no news of the cluster's
+        finished = outcome.result is not None and outcome.result.status == Status.OK
+        if stopped_by and not finished:
+            # A signal stopped the run (the run's processes may have had Slurm's SIGTERM before
+            # the sandbox stopped them: a "crash" that is not the run's). What it was decides.
+            if entry.cancelled:
+                status, reason, job_state = Status.INTERRUPTED, f"cancelled by the harness (Slurm job {entry.job_id})", None
+            elif stopped_by == "HARNESS_LOST":   # a heartbeat a slow filesystem did not show
+                status, job_state = Status.INTERRUPTED, None
+                reason = (f"the node stopped it: the harness's heartbeat in {self.shared} did not change "
+                          f"for {self.harness_lost_s:.0f} s there (a filesystem's lag?); not a result, "
+                          f"its seed runs again")
+            else:                                # Slurm's: scancel, preemption, the time limit
+                if not asked or (state is not None and state.active):
+                    return                       # its state at the next squeue says which
+                if state is None or state.state == "COMPLETED":   # gone, or only signalled
+                    state = queue.JobState(entry.job_id or "", "", "CANCELLED", entry.node or "")
+                ending = queue.ending(state, cancelled_by_us=False, time_limit_min=entry.time_limit_min)
+                status, reason, job_state = ending.status, ending.reason, state.state
             if outcome.result is not None:
-                outcome.result = dataclasses.replace(outcome.result, reason=f"cancelled by the harness "
-                                                     f"(Slurm job {entry.job_id})")
+                outcome.result = dataclasses.replace(outcome.result, status=status, reason=reason, metric=None)
+            outcome.job_state = job_state
         self._report(entry, self._brought_back(entry, outcome))
 
     def _unanswered(self, entry: _Entry, state: queue.JobState | None, now: float) -> None:
