@@ -1,5 +1,5 @@
 """Start (and hold) a local Slurm cluster on 127.0.0.1 for the tests: one munged, one
-slurmctld and two slurmd ("n1", "n2", two CPUs each) on this machine.
+slurmctld and two slurmd ("n1", "n2", two CPUs each; n2 with two fake GPUs) on this machine.
 
     python .ci/slurm_cluster.py ROOT &        # writes ROOT/slurm.conf, then ROOT/ready
     export SLURM_CONF=ROOT/slurm.conf         # what sbatch, squeue, scancel read
@@ -27,7 +27,8 @@ Why each setting:
   which is how the harness reads how a job ended without Slurm's accounting database;
 - two partitions over both nodes: `debug` (default) and `preempt`, whose jobs a job of
   `debug`'s higher priority tier requeues (`PreemptType=preempt/partition_prio`,
-  `PreemptMode=REQUEUE`), so preemption can be tested for real.
+  `PreemptMode=REQUEUE`), so preemption can be tested for real; and `gpu`, node n2 alone,
+  whose two "GPUs" are device files of /dev/null's kind (gres.conf), so the one-GPU-per-run path is tested too.
 """
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -42,6 +44,7 @@ from pathlib import Path
 
 NODES = ("n1", "n2")
 CPUS = 2
+GPU_NODE, GPUS = "n2", 2
 
 
 def free_port() -> int:
@@ -55,8 +58,19 @@ def write_config(root: Path) -> Path:
     ports = {name: free_port() for name in ("ctld", *NODES)}
     munge_socket = root / "munge" / "munge.socket"
     nodes = "\n".join(f"NodeName={name} NodeHostname={host} NodeAddr=127.0.0.1 "
-                      f"Port={ports[name]} CPUs={CPUS} RealMemory=4096 State=UNKNOWN"
+                      f"Port={ports[name]} CPUs={CPUS} RealMemory=16384 State=UNKNOWN"
+                      + (f" Gres=gpu:{GPUS}" if name == GPU_NODE else "")
                       for name in NODES)
+    # The GPU node's "GPUs" are device files that are /dev/null underneath (Slurm wants a
+    # character device): it hands one out per --gres=gpu:1 and sets CUDA_VISIBLE_DEVICES from
+    # its index, which is all a run's GPU path needs to be tested.
+    fake = root / "dev"
+    fake.mkdir(exist_ok=True)
+    for i in range(GPUS):
+        node = fake / f"nvidia{i}"
+        if not node.exists():
+            os.mknod(node, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    (root / "gres.conf").write_text(f"NodeName={GPU_NODE} Name=gpu File={fake}/nvidia[0-{GPUS - 1}]\n")
     conf = root / "slurm.conf"
     conf.write_text(f"""\
 ClusterName=nightshift-ci
@@ -89,9 +103,11 @@ MinJobAge=300
 KillWait=5
 ReturnToService=2
 MpiDefault=none
+GresTypes=gpu
 {nodes}
 PartitionName=debug Nodes={','.join(NODES)} Default=YES MaxTime=60 State=UP PriorityTier=2
 PartitionName=preempt Nodes={','.join(NODES)} MaxTime=60 State=UP PriorityTier=1
+PartitionName=gpu Nodes={GPU_NODE} MaxTime=60 State=UP PriorityTier=2
 """)
     return conf
 

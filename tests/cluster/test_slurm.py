@@ -76,6 +76,36 @@ def harness(repo: Path, tag: str, env: dict, *args: str) -> subprocess.Popen:
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+def script_job(root: Path, run_id: str, script: str, budget_s: float = 60):
+    """A Job running `script` as train.py (the snapshot made once under `root`)."""
+    from cluster.protocol import Job
+    from sandbox.protocol import Limits, RunSpec
+
+    snapshot = root / "snapshot"
+    if not snapshot.exists():
+        snapshot.mkdir()
+        (snapshot / "train.py").write_text(script)
+        (root / "data").mkdir()
+    out = root / "runs" / run_id / "out"
+    out.mkdir(parents=True)
+    return Job(run_id=run_id, spec=RunSpec(command=f"{sys.executable} train.py", snapshot_dir=snapshot,
+                                           data_dir=root / "data", out_dir=out, seed=0,
+                                           budget_s=budget_s, grace_s=10, metric="val_bpb",
+                                           limits=Limits(memory_mb=256)))
+
+
+def slurm_workers(root: Path, tag: str, done, news: list, **settings):
+    from cluster.select import make_workers
+    from cluster.slurm_settings import SlurmSettings
+    from sandbox.local import LocalRunner
+
+    (root / "shared").mkdir(exist_ok=True)
+    return make_workers("slurm", runner=LocalRunner(), sandbox="local", image="",
+                        workers=settings.pop("workers", 1), on_done=done.put,
+                        slurm=SlurmSettings(shared_dir=str(root / "shared"), **settings),
+                        job_prefix=job_prefix(tag, root), memory_mb=256, on_dispatched=news.append)
+
+
 def test_every_slurm_daemon_listens_on_loopback_only(slurm_conf):
     listeners = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True).stdout
     ours = [line for line in listeners.splitlines() if re.search(r'"(slurmctld|slurmd)"', line)]
@@ -245,29 +275,10 @@ def test_kill_9_with_jobs_queued_and_running_resumes_with_nothing_lost_duplicate
 def test_a_runs_lines_reach_the_harness_as_it_prints_them_and_a_cancel_ends_it(tmp_path, slurm_conf):
     import queue
 
-    from cluster.protocol import Job
-    from cluster.select import make_workers
-    from cluster.slurm_settings import SlurmSettings
-    from sandbox.local import LocalRunner
-    from sandbox.protocol import Limits, RunSpec
-
-    (tmp_path / "snapshot").mkdir()
-    (tmp_path / "snapshot" / "train.py").write_text(
-        "import time\nfor step in (1, 2):\n    print(f'step {step} loss {3 - step}.0', flush=True)\n"
-        "    time.sleep(0.5)\ntime.sleep(120)\n")
-    (tmp_path / "data").mkdir()
-    (tmp_path / "shared").mkdir()
-    out = tmp_path / "runs" / "r1" / "out"
-    out.mkdir(parents=True)
-    job = Job(run_id="r1", spec=RunSpec(command=f"{sys.executable} train.py",
-                                        snapshot_dir=tmp_path / "snapshot", data_dir=tmp_path / "data",
-                                        out_dir=out, seed=0, budget_s=60, grace_s=10, metric="val_bpb",
-                                        limits=Limits(memory_mb=256)))
+    job = script_job(tmp_path, "r1", "import time\nfor step in (1, 2):\n    print(f'step {step} loss "
+                                     "{3 - step}.0', flush=True)\n    time.sleep(0.5)\ntime.sleep(120)\n")
     done, news, lines = queue.Queue(), [], []
-    workers = make_workers("slurm", runner=LocalRunner(), sandbox="local", image="", workers=1,
-                           on_done=done.put, slurm=SlurmSettings(shared_dir=str(tmp_path / "shared")),
-                           job_prefix=job_prefix("unit", tmp_path), memory_mb=256,
-                           on_dispatched=news.append)
+    workers = slurm_workers(tmp_path, "unit", done, news)
     try:
         workers.submit(workers.slots[0], job, on_output=lambda run_id, line: lines.append((run_id, line)))
         wait_for("the run's second line", lambda: ("r1", "step 2 loss 1.0") in lines, timeout=120)
@@ -280,28 +291,40 @@ def test_a_runs_lines_reach_the_harness_as_it_prints_them_and_a_cancel_ends_it(t
     assert "cancelled by the harness" in outcome.result.reason
     assert [n.node is None for n in news] == [True, False] and news[1].node in {"n1", "n2"}
     assert outcome.job_id == news[0].job_id and squeue()[outcome.job_id][1] == "CANCELLED"
-    assert (out.parent / "log.txt").read_text().startswith("step 1 loss 2.0")   # its log came back
+    log = (tmp_path / "runs" / "r1" / "log.txt").read_text()
+    assert log.startswith("step 1 loss 2.0")                      # its log came back
+
+
+def test_one_gpu_per_run_where_the_partition_has_gpus(tmp_path, slurm_conf):
+    """Partition `gpu` of the CI cluster: node n2 with two (fake) GPUs; two runs at once get one each."""
+    import queue
+
+    script = ("import json, os, time\ntime.sleep(2)\njson.dump({'val_bpb': 1.0, 'cuda': "
+              "os.environ.get('CUDA_VISIBLE_DEVICES')}, open(os.path.join(os.environ['NIGHTSHIFT_OUT'], "
+              "'result.json'), 'w'))\n")
+    done, news = queue.Queue(), []
+    workers = slurm_workers(tmp_path, "gpu", done, news, partition="gpu", workers=2)
+    try:
+        assert workers.describe()["gpus_per_run"] == 1 and workers.describe()["cpus_per_run"] == 1
+        for slot, run_id in zip(workers.slots, ("g1", "g2")):
+            workers.submit(slot, script_job(tmp_path, run_id, script))
+        outcomes = [done.get(timeout=120) for _ in range(2)]
+    finally:
+        workers.close()
+    assert all(o.result.status == Status.OK and o.node == "n2" for o in outcomes), outcomes
+    assert sorted(o.result.metrics["cuda"] for o in outcomes) == ["0", "1"]   # one GPU each
+    assert max(o.started for o in outcomes) < min(o.ended for o in outcomes)  # at the same time
 
 
 def test_a_job_whose_harness_stopped_beating_ends_by_itself(tmp_path, slurm_conf):
     """A kill -9 of the harness with no resume after it: its jobs stop on their own."""
     import queue
 
-    from cluster.protocol import Job
     from cluster.slurm import SlurmWorkers
     from cluster.slurm_settings import SlurmSettings
-    from sandbox.protocol import Limits, RunSpec
 
-    (tmp_path / "snapshot").mkdir()
-    (tmp_path / "snapshot" / "train.py").write_text("import time\ntime.sleep(120)\n")
-    (tmp_path / "data").mkdir()
+    job = script_job(tmp_path, "r1", "import time\ntime.sleep(120)\n", budget_s=120)
     (tmp_path / "shared").mkdir()
-    out = tmp_path / "runs" / "r1" / "out"
-    out.mkdir(parents=True)
-    job = Job(run_id="r1", spec=RunSpec(command=f"{sys.executable} train.py",
-                                        snapshot_dir=tmp_path / "snapshot", data_dir=tmp_path / "data",
-                                        out_dir=out, seed=0, budget_s=120, grace_s=10, metric="val_bpb",
-                                        limits=Limits(memory_mb=256)))
     news: list = []
     workers = SlurmWorkers(settings=SlurmSettings(shared_dir=str(tmp_path / "shared")), sandbox="local",
                            image="", workers=1, on_done=queue.Queue().put, on_dispatched=news.append,
