@@ -193,6 +193,13 @@ class SlurmWorkers(Workers):
         if entry.cancelled:
             self._report(entry, self._ended(entry, Status.INTERRUPTED, "cancelled before it was submitted"))
             return
+        longest = self.request.partition.max_time_min
+        if longest is not None and entry.time_limit_min > longest:
+            self._report(entry, Outcome(entry.job.run_id, entry.slot.index, None, error=(
+                f"its time limit of {entry.time_limit_min} min (budget + grace + start-up, or "
+                f"slurm.time) exceeds partition {self.request.partition.name}'s MaxTime of {longest} "
+                f"min; lower the budget or choose a partition that allows it")))
+            return
         try:
             job, inputs = self.area.stage(entry.job)
             sub = self._submit_one(entry, job)

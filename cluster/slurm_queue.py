@@ -51,6 +51,7 @@ class Partition:
     memory_mb: int        # per node
     default: bool
     up: bool
+    max_time_min: int | None = None   # the partition's MaxTime; None: unlimited
 
 
 def run(argv: list[str], env: dict[str, str] | None = None) -> str:
@@ -99,24 +100,41 @@ _GPUS = re.compile(r"\bgpu(?::[\w.-]+)?:(\d+)")
 
 
 def partitions() -> dict[str, Partition]:
-    out = run(["sinfo", "-h", "-o", "%P|%D|%c|%G|%m|%a"])
+    out = run(["sinfo", "-h", "-o", "%P|%D|%c|%G|%m|%a|%l"])
     found: dict[str, Partition] = {}
     for line in out.splitlines():
         parts = line.split("|")
-        if len(parts) < 6:
+        if len(parts) < 7:
             continue
-        raw, nodes, cpus, gres, memory, avail = parts[:6]
+        raw, nodes, cpus, gres, memory, avail, limit = parts[:7]
         name = raw.rstrip("*")
         gpus = sum(int(n) for n in _GPUS.findall(gres))
         row = Partition(name, int(nodes), _number(cpus), gpus, _number(memory),
-                        default=raw.endswith("*"), up=avail.strip() == "up")
+                        default=raw.endswith("*"), up=avail.strip() == "up",
+                        max_time_min=minutes(limit))
         if name in found:   # nodes of several shapes: their sum, and the smallest shape
             old = found[name]
             row = Partition(name, old.nodes + row.nodes, min(old.cpus, row.cpus),
                             min(old.gpus, row.gpus), min(old.memory_mb, row.memory_mb),
-                            old.default, old.up or row.up)
+                            old.default, old.up or row.up, old.max_time_min)
         found[name] = row
     return found
+
+
+def minutes(text: str) -> int | None:
+    """Slurm's time format (`60`, `1:00:00`, `2-00:00:00`, `infinite`) in whole minutes."""
+    text = text.strip()
+    if not text or text.lower() in ("infinite", "unlimited", "n/a"):
+        return None
+    days, _, clock = text.rpartition("-")
+    parts = [int(p) for p in clock.split(":")]
+    if days:        # days-hours[:minutes[:seconds]]
+        parts += [0] * (3 - len(parts))
+        seconds = parts[0] * 3600 + parts[1] * 60 + parts[2]
+    else:           # minutes, minutes:seconds, hours:minutes:seconds
+        seconds = {1: lambda: parts[0] * 60, 2: lambda: parts[0] * 60 + parts[1],
+                   3: lambda: parts[0] * 3600 + parts[1] * 60 + parts[2]}[len(parts)]()
+    return (int(days or 0) * 86400 + seconds) // 60
 
 
 def _number(text: str) -> int:

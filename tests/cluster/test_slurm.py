@@ -309,8 +309,11 @@ def test_one_gpu_per_run_where_the_partition_has_gpus(tmp_path, slurm_conf):
         for slot, run_id in zip(workers.slots, ("g1", "g2")):
             workers.submit(slot, script_job(tmp_path, run_id, script))
         outcomes = [done.get(timeout=120) for _ in range(2)]
+        workers.submit(workers.slots[0], script_job(tmp_path, "long", script, budget_s=3600))
+        too_long = done.get(timeout=60)        # 64 min asked of a partition whose MaxTime is 60
     finally:
         workers.close()
+    assert too_long.result is None and "exceeds partition gpu's MaxTime of 60 min" in too_long.error
     assert all(o.result.status == Status.OK and o.node == "n2" for o in outcomes), outcomes
     assert sorted(o.result.metrics["cuda"] for o in outcomes) == ["0", "1"]   # one GPU each
     assert max(o.started for o in outcomes) < min(o.ended for o in outcomes)  # at the same time

@@ -11,7 +11,7 @@ from agent.program import ProgramError, parse_program
 from cluster.protocol import Job, Outcome
 from cluster.slurm_jobs import Request, job_deadline_s, job_environment
 from cluster.slurm_node import probe
-from cluster.slurm_queue import JobState, Partition, ending
+from cluster.slurm_queue import JobState, Partition, ending, minutes
 from cluster.slurm_settings import SlurmSettings, job_prefix, time_limit_min
 from cluster.staging import Relocation, StagingError, paths_in, relocate, run_folder
 from sandbox import RunResult, RunSpec, Status
@@ -100,6 +100,11 @@ def test_how_a_job_ended_is_read_as_the_run_status(state, mine, status, again, w
     said = ending(JobState("42", "x", state, "n1"), cancelled_by_us=mine, time_limit_min=7)
     assert (said.status, said.again) == (status, again)
     assert words in said.reason and "42" in said.reason
+
+
+def test_slurm_time_limits_read_as_minutes():
+    assert [minutes(t) for t in ("60", "30:00", "1:00:00", "2-00:00:00", "1-12", "1-12:30", "infinite")] \
+        == [60, 30, 60, 2880, 2160, 2190, None]
 
 
 def partition(**fields) -> dict[str, Partition]:
