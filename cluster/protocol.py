@@ -84,7 +84,8 @@ class Workers(ABC):
     Contract: `submit` returns at once; every submitted job produces exactly one Outcome,
     also when cancelled (an INTERRUPTED result) or when it could not start (`error`);
     `cancel(run_id)` and `cancel_all()` make the runs end within seconds; `close()` returns
-    once nothing runs any more. A job never outlives the harness (see the sandbox contract).
+    once nothing runs any more. A job never outlives the harness (see the sandbox contract; a
+Slurm job stops its run once the harness's heartbeat has been still for two minutes).
     """
 
     name: str = "abstract"
