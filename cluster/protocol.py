@@ -85,7 +85,7 @@ class Workers(ABC):
     also when cancelled (an INTERRUPTED result) or when it could not start (`error`);
     `cancel(run_id)` and `cancel_all()` make the runs end within seconds; `close()` returns
     once nothing runs any more. A job never outlives the harness (see the sandbox contract; a
-Slurm job stops its run once the harness's heartbeat has been still for two minutes).
+    Slurm job stops its run once the harness's heartbeat has been still for two minutes).
     """
 
     name: str = "abstract"
