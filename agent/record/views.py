@@ -207,7 +207,7 @@ class QueueTime:
                 f"apart from their {_span(self.run_s)} of run time"]
         if self.taken_back:
             shown = ", ".join(f"{word.lower()} {n}" for word, n in sorted(self.taken_back.items()))
-            said.append(f"taken back by the cluster (not results; their seeds ran again): {shown}")
+            said.append(f"taken back by the cluster (not results; their seeds run again): {shown}")
         return said
 
 

@@ -215,7 +215,7 @@ def test_a_job_cancelled_or_preempted_is_not_a_result_and_a_node_failure_fails_o
     assert active_jobs_of(repo, "pre") == [], "Ctrl-C left a job of the tag in Slurm"
     shown = nightshift(repo, "status", "--tag", "pre", env=env, timeout=60)
     said = " ".join(shown.stdout.split())
-    assert "taken back by the cluster (not results; their seeds ran again): cancelled 1, preempted 1" \
+    assert "taken back by the cluster (not results; their seeds run again): cancelled 1, preempted 1" \
         in said, shown.stdout
 
 

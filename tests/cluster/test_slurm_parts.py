@@ -245,4 +245,4 @@ def test_status_shows_queued_and_running_jobs_and_the_time_spent_in_the_queue(tm
     assert "queued as job 40 since" in text
     assert "on n7 (job 41) after 95s queued" in text
     assert "queue: 2 runs waited 40 s in all before they began (median 20 s, longest 30 s)" in text
-    assert "taken back by the cluster (not results; their seeds ran again): preempted 1" in text
+    assert "taken back by the cluster (not results; their seeds run again): preempted 1" in text
