@@ -132,6 +132,14 @@ def test_a_night_runs_as_real_jobs_two_at_a_time_and_everything_comes_back(tmp_p
         assert provenance["worker"]["job_id"] == run.job_id and provenance["worker"]["node"] == run.node
     assert len({r.job_id for r in runs}) == len(runs)                  # one job per run
     assert most_at_once(runs) >= 2                                     # --workers 2: two at once
+    held, most = set(), 0                     # ...and never more than two queued or running
+    for event in ledger_lines(repo, "sl"):
+        if event["event"] == "run_queued":
+            held.add(event["run_id"])
+        elif event["event"] == "run_finished":
+            held.discard(event["run_id"])
+        most = max(most, len(held))
+    assert most == 2
     assert {r.node for r in runs} == {"n1", "n2"}
     lines = ledger_lines(repo, "sl")
     for run in runs:            # queued, then began, then finished, under one job id
