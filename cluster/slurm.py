@@ -106,8 +106,9 @@ class SlurmWorkers(Workers):
         self.harness_lost_s = harness_lost_s
         self.notes = (probe_nodes(self._executor, self.request, self.area.root, self.shared,
                                   f"{job_prefix}-probe", probe_wait_s),)
-        self._threads = [threading.Thread(target=self._submitter, name="nightshift-slurm-submit", daemon=True),
-                         threading.Thread(target=self._watcher, name="nightshift-slurm-watch", daemon=True)]
+        self._threads = [
+            threading.Thread(target=self._submitter, name="nightshift-slurm-submit", daemon=True),
+            threading.Thread(target=self._watcher, name="nightshift-slurm-watch", daemon=True)]
         for thread in self._threads:
             thread.start()
 
@@ -289,8 +290,9 @@ class SlurmWorkers(Workers):
         kind, value = answer
         if kind != "success":
             last = str(value).strip().splitlines()[-1:] or ["?"]
+            where = entry.node or "its node"
             self._report(entry, Outcome(entry.job.run_id, entry.slot.index, None,
-                                        error=f"Slurm job {entry.job_id} failed on {entry.node or 'its node'}: {last[0]}"))
+                                        error=f"Slurm job {entry.job_id} failed on {where}: {last[0]}"))
             return
         outcome: Outcome = value["outcome"]
         stopped_by = value.get("signal")
@@ -299,7 +301,8 @@ class SlurmWorkers(Workers):
             # A signal stopped the run (the run's processes may have had Slurm's SIGTERM before
             # the sandbox stopped them: a "crash" that is not the run's). What it was decides.
             if entry.cancelled:
-                status, reason, job_state = Status.INTERRUPTED, f"cancelled by the harness (Slurm job {entry.job_id})", None
+                status, job_state = Status.INTERRUPTED, None
+                reason = f"cancelled by the harness (Slurm job {entry.job_id})"
             elif stopped_by == "HARNESS_LOST":   # a heartbeat a slow filesystem did not show
                 status, job_state = Status.INTERRUPTED, None
                 reason = (f"the node stopped it: the harness's heartbeat in {self.shared} did not change "
@@ -313,7 +316,8 @@ class SlurmWorkers(Workers):
                 ending = queue.ending(state, cancelled_by_us=False, time_limit_min=entry.time_limit_min)
                 status, reason, job_state = ending.status, ending.reason, state.state
             if outcome.result is not None:
-                outcome.result = dataclasses.replace(outcome.result, status=status, reason=reason, metric=None)
+                outcome.result = dataclasses.replace(outcome.result, status=status, reason=reason,
+                                                     metric=None)
             outcome.job_state = job_state
         self._report(entry, self._brought_back(entry, outcome))
 
