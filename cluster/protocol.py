@@ -13,7 +13,7 @@ class Slot:
     """One worker: runs one job at a time, on its own device."""
 
     index: int
-    device: str                              # "cuda:2", "cpu:0-3" (its cores), "cpu" (all), "ray"
+    device: str                              # "cuda:2", "cpu:0-3" (its cores), "cpu" (all), "ray", "slurm"
     gpu: int | None = None                   # the GPU its runs see (CUDA_VISIBLE_DEVICES)
     cpuset: tuple[int, ...] | None = None    # the cores its runs may use; None = all
 
@@ -53,6 +53,23 @@ class Outcome:
     harness_error: tuple[int, str, str | None] | None = None
     evaluation: RunResult | None = None      # the evaluation step's, when it ran
     evaluation_error: str | None = None      # why the evaluation step could not run
+    # A cluster with a queue (Slurm): the job's id, how it ended in the cluster's own words
+    # (PREEMPTED, CANCELLED, NODE_FAIL...; None when the run reported its own end), and the
+    # seconds from the harness's submit to the run's start (staging, sbatch, the queue)
+    job_id: str | None = None
+    job_state: str | None = None
+    queued_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Dispatched:
+    """News of a job before it ends, from a backend with a queue: it was queued as `job_id`
+    (node None), or it began on `node` after `queued_s` seconds."""
+
+    run_id: str
+    job_id: str
+    node: str | None = None
+    queued_s: float | None = None
 
 
 class ClusterUnavailable(RuntimeError):
@@ -62,20 +79,26 @@ class ClusterUnavailable(RuntimeError):
 
 OnOutput = Callable[[str, str], None]        # (run_id, line)
 OnDone = Callable[[Outcome], None]
+OnDispatched = Callable[[Dispatched], None]
 
 
 class Workers(ABC):
     """Runs jobs on slots, side by side, and reports each outcome to `on_done` (from a
     thread of its own: the callback must only hand the outcome over, e.g. to a queue).
 
+    A backend with a queue also reports `Dispatched` news (queued, began) to the
+    `on_dispatched` callback it was given, from its own thread, like `on_done`.
+
     Contract: `submit` returns at once; every submitted job produces exactly one Outcome,
     also when cancelled (an INTERRUPTED result) or when it could not start (`error`);
     `cancel(run_id)` and `cancel_all()` make the runs end within seconds; `close()` returns
-    once nothing runs any more. A job never outlives the harness (see the sandbox contract).
+    once nothing runs any more. A job never outlives the harness (see the sandbox contract; a
+    Slurm job stops its run once the harness's heartbeat has been still for two minutes).
     """
 
     name: str = "abstract"
     slots: list[Slot]
+    notes: tuple[str, ...] = ()              # what a person should hear at start
 
     @abstractmethod
     def submit(self, slot: Slot, job: Job, on_output: OnOutput | None = None) -> None:

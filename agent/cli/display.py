@@ -16,8 +16,8 @@ from agent.decide.decision import pooled_sd
 from agent.record.events import DecisionMade, Role, RunFinished, Usage, Verdict
 from agent.record.ledger import read_events
 from agent.record.state import LoopState, fold
-from agent.record.views import timeline_text, utilisation
-from cluster.protocol import Slot
+from agent.record.views import queue_time, timeline_text, utilisation
+from cluster.protocol import Dispatched, Slot
 
 _LOSS = re.compile(r"\bloss[:= ]\s*([0-9.]+(?:e[-+]?\d+)?|nan|inf)", re.IGNORECASE)
 _VERDICT_COLOUR = {Verdict.KEEP: "bold green", Verdict.DISCARD: "yellow", Verdict.INCONCLUSIVE: "cyan",
@@ -62,6 +62,19 @@ class RichObserver:
             fields = {"loss": f"loss {match.group(1)}"} if match else {}
             self._progress.update(task, completed=min(time.monotonic() - started, budget), **fields)
 
+    def dispatched(self, news: Dispatched) -> None:
+        """A queued run's bar says so; once it began, the bar counts its run time from then."""
+        with self._lock:
+            if self._progress is None or news.run_id not in self._tasks:
+                return
+            task, started, budget = self._tasks[news.run_id]
+            if news.node is None:
+                self._progress.update(task, loss=f"queued (job {news.job_id})")
+                return
+            self._tasks[news.run_id] = (task, time.monotonic(), budget)
+            self._progress.update(task, completed=0, loss=f"on {news.node}, queued "
+                                                          f"{news.queued_s or 0:.0f}s")
+
     def run_finished(self, run: RunFinished) -> None:
         with self._lock:
             entry = self._tasks.pop(run.run_id, None)
@@ -74,6 +87,8 @@ class RichObserver:
         colour = "green" if run.ok else "red"
         who = f"w{run.worker} " if run.worker is not None else ""
         where = f" on {run.node}" if run.node else ""
+        if run.queued_s is not None:
+            where += f", {run.queued_s:.0f}s queued"
         over = f" [yellow]past its budget by {run.over_budget_s:g}s[/yellow]" if run.over_budget_s else ""
         self.console.print(f"  {who}{run.experiment or 'incumbent'} seed {run.seed} "
                            f"{run.role.value:<9} [{colour}]{run.status.value}[/{colour}] "
@@ -163,6 +178,8 @@ def print_status(console: Console, folder: Path, metric: str, state: LoopState |
                       f"({use.busy_s / 3600:.2f} h in runs over every invocation)")
         for row in timeline_text(use):
             console.print(f"    {row}")
+    for line in queue_time(state).lines():
+        console.print(f"  {line}")
     cal = state.calibration()
     if cal.n:
         console.print(f"  predictions: direction right {cal.direction_accuracy:.0%}, intervals "
@@ -183,8 +200,14 @@ def print_status(console: Console, folder: Path, metric: str, state: LoopState |
         # Without a live loop on the tag a started run is not running: its harness died.
         what = (f"in flight (loop PID {holder.pid})" if holder is not None else
                 "interrupted (no loop runs on this tag; `run --tag` resumes it)")
+        news = state.dispatched.get(run.run_id)
+        where = ""
+        if news is not None and getattr(news, "node", None):
+            where = f", on {news.node} (job {news.job_id}) after {news.queued_s or 0:.0f}s queued"
+        elif news is not None:
+            where = f", queued as job {news.job_id} since {news.time}"
         console.print(f"  {what}: {run.experiment or 'incumbent'} seed {run.seed} "
-                      f"{run.role.value} since {run.time}")
+                      f"{run.role.value} since {run.time}{where}")
     if state.stopped_reason:
         console.print(f"  last stop: {state.stopped_reason}")
     table = Table(show_edge=False, pad_edge=False)

@@ -42,13 +42,16 @@ def run(
                                                   "many tokens (counted across resumes)."),
     workers: Optional[str] = typer.Option(None, help="Runs in flight at once: a number, or auto "
                                           "(one per visible GPU, else 1). Each worker gets its own "
-                                          "GPU, or its share of the CPU cores."),
+                                          "GPU, or its share of the CPU cores. On Slurm: jobs "
+                                          "queued or running at once."),
     overlap: Optional[bool] = typer.Option(None, "--overlap/--no-overlap",
                                            help="Let the researcher prepare the next proposal while "
                                                 "runs train (default: on)."),
-    cluster: Optional[str] = typer.Option(None, help="Where runs execute: local (this machine) or "
+    cluster: Optional[str] = typer.Option(None, help="Where runs execute: local (this machine), "
                                           "ray (a Ray cluster at $RAY_ADDRESS or --cluster-address; "
-                                          "pip install -e '.[ray]')."),
+                                          "pip install -e '.\\[ray]') or slurm (each run a Slurm job; "
+                                          "program.md's slurm: table, shared_dir required; "
+                                          "pip install -e '.\\[slurm]')."),
     cluster_address: Optional[str] = typer.Option(None, "--cluster-address",
                                                   help="The Ray cluster's address, e.g. 10.0.0.5:6379."),
     fresh: bool = typer.Option(False, "--fresh", help="Start a tag over whose results folder is "

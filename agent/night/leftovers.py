@@ -7,6 +7,11 @@ the run marker (NIGHTSHIFT_RUN_ID) and its NIGHTSHIFT_OUT, a folder under
 results/<tag>/runs/, in its environment, so they are found by reading /proc. The caller
 holds the tag's lock: no live harness of the tag owns them. (Docker runs carry labels and
 their own deadline instead: sandbox/docker.py.)
+
+A Slurm job does not die with the harness that submitted it: `end_jobs` cancels the tag's
+jobs still queued or running, found from the ledger (the job ids of its runs in flight) and
+from their names (a job whose id a killed harness never wrote down), and waits until Slurm
+says they are gone, so a resume never runs beside them.
 """
 from __future__ import annotations
 
@@ -15,9 +20,11 @@ import signal
 import time
 from pathlib import Path
 
+from agent.record.state import LoopState
 from sandbox.local import MARKER
 
 WAIT_S = 5.0
+JOBS_WAIT_S = 60.0      # a cancelled job's processes get Slurm's KillWait to go
 
 
 def run_processes(runs_dir: Path) -> dict[int, str]:
@@ -68,3 +75,34 @@ def _alive(pid: int) -> bool:
             return handle.read().rsplit(")", 1)[1].split()[0] != "Z"   # a zombie is gone
     except (OSError, IndexError):
         return False
+
+
+def end_jobs(state: LoopState | None, prefix: str, *, required: bool) -> list[str]:
+    """scancel the tag's Slurm jobs still queued or running: the ledger's for its runs in
+    flight, and every job named `<prefix>-...`; wait until none is active. Returns
+    "job (run, state)" for each. Slurm is asked only when the ledger names jobs or `required`
+    (the night runs on Slurm); a Slurm that cannot be asked then raises SlurmError."""
+    from cluster import slurm_queue
+
+    named = {news.job_id for news in state.dispatched.values()} if state is not None else set()
+    if not named and not required:
+        return []
+    try:
+        jobs = slurm_queue.jobs()
+    except slurm_queue.SlurmError:
+        if required:
+            raise
+        return []     # the tag's jobs ran on a cluster this machine cannot reach now
+    mine = {job_id: job for job_id, job in jobs.items()
+            if job.active and (job_id in named or job.name.startswith(f"{prefix}-"))}
+    if not mine:
+        return []
+    slurm_queue.cancel(sorted(mine))
+    deadline = time.monotonic() + JOBS_WAIT_S
+    while time.monotonic() < deadline:
+        still = slurm_queue.jobs()
+        if not any(still[j].active for j in mine if j in still):
+            break
+        time.sleep(0.5)
+    return [f"{job_id} ({job.name.removeprefix(prefix + '-')}, {job.state.lower()})"
+            for job_id, job in sorted(mine.items())]

@@ -49,14 +49,16 @@ from agent.program import Program
 from agent.record.events import (Decision, DecisionMade, ExitCode, ExperimentInvalid,
                                  ExperimentProposed, LookTaken, LoopResumed, LoopStarted,
                                  LoopStopped, Prediction, ProposalAsked, ProposalReady,
-                                 ProposalRebased, Role, RunFinished, Usage, Verdict)
+                                 ProposalRebased, Role, RunBegan, RunFinished, RunQueued, Usage,
+                                 Verdict)
 from agent.record.ledger import Ledger
 from agent.record.state import Experiment, LoopState
 from agent.record.views import write_tsv
 from agent.researchers import Outcome, Proposal, ResearchContext, Researcher, ResearcherError
 from agent.workspace.merge import three_way_merge
 from agent.workspace.repo import Workspace, WorkspaceError
-from cluster.protocol import Job, OnDone, Outcome as RunOutcome, Slot, Workers
+from cluster.protocol import (Dispatched, Job, OnDispatched, OnDone, Outcome as RunOutcome, Slot,
+                              Workers)
 from sandbox import Status
 
 MAX_REFERENCE_RETRIES = 2
@@ -102,7 +104,9 @@ class ResearchLoop:
     executor: RunExecutor
     researcher: Researcher
     rule: DecisionRule
-    make_workers: Callable[[OnDone], Workers]    # called once: where this night's runs execute
+    # called once: where this night's runs execute (outcomes to the first callback, a queue's
+    # news of a run, Slurm's, to the second)
+    make_workers: Callable[[OnDone, OnDispatched], Workers]
     observer: Observer = field(default_factory=QuietObserver)
     facts: dict[str, Any] = field(default_factory=dict)   # recorded with loop_started/resumed
     overlap: bool = True          # the researcher prepares proposals while runs train
@@ -112,7 +116,8 @@ class ResearchLoop:
     def __post_init__(self) -> None:
         self._events: queue.Queue = queue.Queue()
         self._wake = threading.Event()          # set whenever an event is queued
-        self.workers = self.make_workers(lambda outcome: self._queue("run", outcome))
+        self.workers = self.make_workers(lambda outcome: self._queue("run", outcome),
+                                         lambda news: self._queue("dispatch", news))
 
     @property
     def state(self) -> LoopState:
@@ -190,7 +195,8 @@ class ResearchLoop:
             self._wait()
 
     def _start(self) -> None:
-        facts = {**self.facts, "records_looks": True, **self.workers.describe(),
+        described = self.workers.describe()
+        facts = {**self.facts, "records_looks": True, **described, "cluster_facts": described,
                  "overlap": self.overlap}
         if not self.state.has_evidence:   # new, or nothing measured yet: (re)starts at the head
             self.ledger.append(LoopStarted(tag=self.tag, base_commit=self.workspace.head(),
@@ -203,6 +209,8 @@ class ResearchLoop:
                                   f"experiments so far ({pending} pending), incumbent "
                                   f"{self.state.incumbent[:8]}")
         for note in reconcile(self.workspace, self.state):
+            self.observer.message(note)
+        for note in self.workers.notes:
             self.observer.message(note)
 
     def _stop(self, reason: str, code: ExitCode) -> str | None:
@@ -255,6 +263,8 @@ class ResearchLoop:
                 continue
             if kind == "run":
                 self._finished(item, deciding=False)
+            elif kind == "dispatch":
+                self._dispatched(item)
         for started in list(self.state.in_flight.values()):
             self.ledger.append(RunFinished(
                 run_id=started.run_id, commit=started.commit, seed=started.seed, role=started.role,
@@ -273,12 +283,26 @@ class ResearchLoop:
             if kind == "run":
                 self._finished(item)
                 continue
+            if kind == "dispatch":
+                self._dispatched(item)
+                continue
             self.proposals.received(item)
             self._record_ready(item)
             if item.error is not None:
                 self._researcher_error = self._researcher_error or item.error
             else:
                 self._ready.append(item)
+
+    def _dispatched(self, news: Dispatched) -> None:
+        """A queue's news of a run in flight: queued as a job, or began on a node."""
+        if news.run_id not in self._running:
+            return   # it was reported already
+        if news.node is None:
+            self.ledger.append(RunQueued(run_id=news.run_id, job_id=news.job_id))
+        else:
+            self.ledger.append(RunBegan(run_id=news.run_id, job_id=news.job_id, node=news.node,
+                                        queued_s=news.queued_s))
+        self.observer.dispatched(news)
 
     def _finished(self, outcome: RunOutcome, deciding: bool = True) -> None:
         if outcome.run_id not in self._running:

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from agent.record.events import DecisionMade, Role, RunFinished
-from cluster.protocol import Slot
+from cluster.protocol import Dispatched, Slot
 
 
 class Observer(Protocol):
@@ -14,6 +14,7 @@ class Observer(Protocol):
     def run_started(self, run_id: str, slot: Slot, commit: str, seed: int, role: Role,
                     experiment: str | None, budget_s: float, label: str) -> None: ...
     def output(self, run_id: str, line: str) -> None: ...
+    def dispatched(self, news: Dispatched) -> None: ...     # a queue's: queued, or began on a node
     def run_finished(self, run: RunFinished) -> None: ...
     def decided(self, event: DecisionMade) -> None: ...
 
@@ -23,5 +24,6 @@ class QuietObserver:
     def run_started(self, run_id: str, slot: Slot, commit: str, seed: int, role: Role,
                     experiment: str | None, budget_s: float, label: str) -> None: pass
     def output(self, run_id: str, line: str) -> None: pass
+    def dispatched(self, news: Dispatched) -> None: pass
     def run_finished(self, run: RunFinished) -> None: pass
     def decided(self, event: DecisionMade) -> None: pass

@@ -63,6 +63,7 @@ def _prestart(program: Program, tag: str, results: Path, head: str, fresh: bool,
                allow_dirty: bool, state: LoopState | None) -> Plan:
     root = program.root
     check_paths(program)
+    _check_cluster(program)
     notes: list[str] = [f"{program.locate('protected')}: {path} is not in HEAD {head[:8]}: nothing "
                         f"there to protect (a typo?)" for path in program.protected
                         if "protected" in program.locations and path_at_head(root, path).kind == "missing"]
@@ -184,6 +185,19 @@ def _used_message(tag: str, refs: dict[str, str], results: Path) -> str:
             f"{results / LEDGER_FILE} is gone, so they cannot be resumed. Start over with "
             f"`nightshift run --tag {tag} --fresh` (the old refs are kept under "
             f"refs/nightshift-archive/{tag}-<time>/), or pick another --tag")
+
+
+def _check_cluster(program: Program) -> None:
+    """Slurm's shared directory: there, a folder, writable (before anything is written)."""
+    if program.cluster != "slurm":
+        return
+    from cluster.slurm_settings import check_shared_dir
+
+    where = program.locations.get("slurm") or program.locations.get("", program.path.name)
+    try:
+        check_shared_dir(program.slurm.shared_dir, f"{where}: field 'slurm.shared_dir'")
+    except ValueError as error:
+        raise PrestartError(str(error)) from None
 
 
 def _check_disk(results: Path, root: Path) -> None:

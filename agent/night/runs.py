@@ -156,7 +156,8 @@ class RunExecutor:
         commit, seed = started.commit, started.seed
         role, experiment = started.role, started.experiment
         slot = dict(worker=started.worker, device=started.device, node=outcome.node,
-                    started=round(outcome.started, 3) or None, ended=round(outcome.ended, 3) or None)
+                    started=round(outcome.started, 3) or None, ended=round(outcome.ended, 3) or None,
+                    job_id=outcome.job_id, job_state=outcome.job_state, queued_s=outcome.queued_s)
         result = outcome.result
         if outcome.harness_error is not None:
             # A full disk (or the like) on the harness's side: the night stops with it; the
@@ -217,7 +218,8 @@ class RunExecutor:
                 "evaluation_log": _relative(evaluation.log_path, self.runs_dir.parent) if evaluation else None,
                 "evaluation_sandbox": evaluation.sandbox if evaluation else None},
             "outputs": kept.to_dict(),
-            "worker": {"index": started.worker, "device": started.device, "node": outcome.node},
+            "worker": {"index": started.worker, "device": started.device, "node": outcome.node,
+                       "job_id": outcome.job_id, "queued_s": outcome.queued_s},
             "environment": env, "env_fingerprint": fingerprint(env),
             "determinism": determinism(
                 seed, self.plan.extra_env,

@@ -13,7 +13,7 @@ from typing import Any
 from agent.decide.rules import make_rule
 from agent.night.data import prepare_data
 from agent.night.grading import measurement_note
-from agent.night.leftovers import end_leftovers
+from agent.night.leftovers import end_jobs, end_leftovers
 from agent.night.lock import TagLock, refuse_if_locked
 from agent.night.loop import ResearchLoop
 from agent.night.observer import Observer
@@ -25,8 +25,9 @@ from agent.record.provenance import environment
 from agent.record.summary import experiment_detail
 from agent.workspace.inspect import archive_tag
 from agent.workspace.repo import Workspace
-from cluster.protocol import OnDone, Workers
+from cluster.protocol import ClusterUnavailable, OnDispatched, OnDone, Workers
 from cluster.select import make_workers
+from cluster.slurm_settings import job_prefix
 
 _TAG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
@@ -85,7 +86,12 @@ def build_session(program: Program, tag: str, *, researcher: str, sandbox: str,
     plan = prestart(program, tag, results, snapshot.state if snapshot else None, fresh=fresh,
                     allow_dirty=allow_dirty)
     rule = make_rule(program.decision, program.rule_settings)
-    runner, sandbox_why = make_runner(sandbox, image=program.image)
+    if program.cluster == "slurm" and sandbox == "auto":
+        # the nodes' sandbox: a Docker engine on the login node says nothing of the nodes
+        runner, _ = make_runner("local", image=program.image)
+        sandbox_why = "local (auto on Slurm: the local sandbox on each node)"
+    else:
+        runner, sandbox_why = make_runner(sandbox, image=program.image)
     name, researcher_why = resolve_researcher_name(researcher, os.environ)
     if program.control > 0 and name == "optuna":
         raise ValueError(f"{program.locate('control')}: control: {program.control:g} asks for an "
@@ -109,6 +115,7 @@ def build_session(program: Program, tag: str, *, researcher: str, sandbox: str,
         if ended:
             notes.append(f"ended {len(ended)} process{'es' if len(ended) > 1 else ''} an earlier "
                          f"harness of tag {tag} left running: {', '.join(ended)}")
+        notes += _end_jobs(program, tag, results, ledger)
         workspace = Workspace.open(program.root, tag, results / "worktree")
         if plan.starts and workspace.head() != plan.head:
             workspace.reset_to(plan.head)     # a night with no evidence starts at today's HEAD
@@ -120,13 +127,30 @@ def build_session(program: Program, tag: str, *, researcher: str, sandbox: str,
     return Session(loop=loop, results=results, notes=notes + more, lock=lock)
 
 
-def night_workers(program: Program, runner: Any, on_done: OnDone,
-                  gpus: list[int] | None = None) -> Workers:
+def night_workers(program: Program, runner: Any, on_done: OnDone, *, tag: str, results: Path,
+                  gpus: list[int] | None = None, on_dispatched: OnDispatched | None = None) -> Workers:
     """Where `program`'s runs execute (program.md `cluster:` and `workers:`): the night's
-    and every other tool's that runs many (`ablate`)."""
+    and every other tool's that runs many (`ablate`). Slurm jobs are named after the tag."""
     return make_workers(program.cluster, runner=runner, sandbox=runner.name, image=program.image,
                         workers=program.workers, on_done=on_done, address=program.cluster_address,
-                        gpus=gpus, cpus_per_run=program.limits.cpus, facts=environment)
+                        gpus=gpus, cpus_per_run=program.limits.cpus, facts=environment,
+                        slurm=program.slurm, job_prefix=job_prefix(tag, results),
+                        memory_mb=program.limits.memory_mb, on_dispatched=on_dispatched)
+
+
+def _end_jobs(program: Program, tag: str, results: Path, ledger: Ledger) -> list[str]:
+    """Cancel the Slurm jobs an earlier harness of the tag left queued or running."""
+    from cluster import slurm_queue
+
+    try:
+        cancelled = end_jobs(ledger.state if ledger.path.exists() else None, job_prefix(tag, results),
+                             required=program.cluster == "slurm")
+    except slurm_queue.SlurmError as error:
+        raise ClusterUnavailable(str(error)) from None
+    if not cancelled:
+        return []
+    return [f"cancelled {len(cancelled)} Slurm job{'s' if len(cancelled) > 1 else ''} an earlier "
+            f"harness of tag {tag} left queued or running: {', '.join(cancelled)}"]
 
 
 def _assemble(program: Program, tag: str, results: Path, ledger: Ledger, workspace: Workspace,
@@ -152,8 +176,9 @@ def _assemble(program: Program, tag: str, results: Path, ledger: Ledger, workspa
     executor = RunExecutor(plan=plan, runner=runner,
                            workspace=workspace, ledger=ledger, data=data, results_dir=results)
 
-    def workers(on_done: OnDone) -> Workers:
-        return night_workers(program, runner, on_done, gpus=gpus)
+    def workers(on_done: OnDone, on_dispatched: OnDispatched) -> Workers:
+        return night_workers(program, runner, on_done, tag=tag, results=results, gpus=gpus,
+                             on_dispatched=on_dispatched)
     facts: dict[str, Any] = {
         "researcher": chosen.name, "researcher_why": researcher_why, "sandbox": runner.name,
         "sandbox_why": sandbox_why, "sandbox_facts": runner.describe(), "rule": rule.name,

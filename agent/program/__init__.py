@@ -18,6 +18,7 @@ this module holds the records, the field table and the build that joins them.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -31,6 +32,7 @@ from agent.researchers import settings as llm
 from agent.researchers.knobs import DeclaredKnobError, KnobError, find_knobs
 from agent.researchers.registry import RESEARCHER_NAMES, resolve_researcher_name
 from cluster.select import CLUSTERS
+from cluster.slurm_settings import STARTUP_S, SlurmSettings, sbatch_problem
 from sandbox.select import BACKENDS
 
 
@@ -84,8 +86,9 @@ class Program:
     workers: int | None = None    # runs in flight at once; None (`auto`): one per GPU, else 1
     overlap: bool = True          # the researcher prepares proposals while runs train
     control: float = 0.0          # share of experiments proposed by the LLM-free control arm
-    cluster: str = CLUSTERS[0]    # where runs execute: this machine, or a Ray cluster
+    cluster: str = CLUSTERS[0]    # where runs execute: this machine, a Ray or a Slurm cluster
     cluster_address: str | None = None   # a Ray cluster's address (default: $RAY_ADDRESS)
+    slurm: SlurmSettings = field(default_factory=SlurmSettings)   # cluster: slurm's request
     limits: ResourceLimits = field(default_factory=ResourceLimits)
     image: str = "nightshift:latest"
     claude: llm.ClaudeSettings = field(default_factory=llm.ClaudeSettings)
@@ -151,6 +154,34 @@ def _cross_check(check: Callable[[Any], list[tuple[str, str]]]) -> Callable[[Any
     return run
 
 
+def _gpus(value: Any) -> int | None:
+    if value is None or (isinstance(value, str) and value.strip().lower() == "auto"):
+        return None
+    try:
+        count = None if isinstance(value, bool) else v.whole(value)
+    except v.Invalid:
+        count = None
+    if count in (0, 1):
+        return count
+    raise v.Invalid(f"expected auto (1 GPU per run where the partition has GPUs), 0 or 1 "
+                    f"(a run sees one GPU), got {value!r}")
+
+
+def _sbatch_options(value: Any) -> dict[str, str | bool]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise v.Invalid(f"expected a mapping of sbatch options to values, like "
+                        f"{{constraint: a100, mail-type: END}}, got {value!r}")
+    options: dict[str, str | bool] = {}
+    for option, item in value.items():
+        problem = sbatch_problem(str(option), item)
+        if problem:
+            raise v.Invalid(problem, key=str(option))
+        options[str(option)] = item if isinstance(item, bool) else str(item).strip()
+    return options
+
+
 def _seed_check(plan: SeedPlan) -> None:
     if plan.screen > plan.max:
         raise v.Invalid(f"screen ({plan.screen}) exceeds max ({plan.max}); "
@@ -165,6 +196,14 @@ _RECORDS: dict[str, dict[str, tuple[str, Parser]]] = {
                    "seeds": ("seeds", v.seed_count(1, "a replay runs each commit once at least"))},
     "limits": {"memory": ("memory_mb", parse_memory), "pids": ("pids", v.count),
                "cpus": ("cpus", v.optional(v.check(v.number, lambda c: c > 0, "a positive number")))},
+    "slurm": {"shared_dir": ("shared_dir", v.optional(v.absolute_path)),
+              "partition": ("partition", v.optional(v.name_word)),
+              "account": ("account", v.optional(v.name_word)),
+              "qos": ("qos", v.optional(v.name_word)),
+              "time": ("time_s", v.optional(v.budget)),
+              "gpus": ("gpus", _gpus),
+              "setup": ("setup", v.lines),
+              "sbatch": ("sbatch", _sbatch_options)},
     "claude": _table(llm.CLAUDE_FIELDS),
     "openai": _table(llm.OPENAI_FIELDS),
 }
@@ -210,6 +249,7 @@ _FIELDS: dict[str, tuple[str, Parser]] = {
     "control": ("control", v.check(v.number, lambda c: 0 <= c <= 0.9, "a share in [0, 0.9], like 0.25")),
     "cluster": ("cluster", v.choice(*CLUSTERS)),
     "cluster_address": ("cluster_address", v.optional(v.nonempty)),
+    "slurm": ("slurm", v.record(SlurmSettings, _RECORDS["slurm"])),
     "claude": ("claude", v.record(llm.ClaudeSettings, _RECORDS["claude"], _cross_check(llm.check_claude))),
     "openai": ("openai", v.record(llm.OpenAISettings, _RECORDS["openai"], _cross_check(llm.check_llm))),
 }
@@ -264,6 +304,7 @@ def _build(path: Path, root: Path, prose: str, raw: dict[str, Any], lines: dict[
         raise ProgramError(f"{where.get(blamed, name)}: field {blamed!r}: "
                            f"the target {program.target!r} is also protected; the researcher must be "
                            f"able to edit it, so remove it from protected or choose another target")
+    _check_slurm(program, where, lambda dotted: f"{name}:{line_of(lines, dotted)}")
     _check_knobs(program, lambda dotted: f"{name}:{lines.get(dotted, lines.get(dotted.split('.')[0], '?'))}")
     return program
 
@@ -283,6 +324,24 @@ def _resolve_auto(values: dict[str, Any], where: dict[str, str]) -> tuple[dict[s
         config = bool(values.get("knobs")) or str(values.get("target", Program.target)).endswith(CONFIG_SUFFIXES)
         values["edits"] = "knobs" if config else "free"
     return values, where
+
+
+def _check_slurm(program: Program, where: dict[str, str], locate: Callable[[str], str]) -> None:
+    """What `slurm:` must say when the runs go to Slurm, and its time limit against the
+    budget (a limit the sandbox's own deadline outlasts would cut runs short)."""
+    slurm = program.slurm
+    if program.cluster == "slurm" and not slurm.shared_dir:
+        raise ProgramError(f"{where.get('slurm', where.get('cluster', program.path))}: field "
+                           f"'slurm.shared_dir': cluster slurm needs a folder every node sees at the "
+                           f"same path, e.g. slurm: {{shared_dir: /checkpoint/$USER/nightshift}}; the "
+                           f"snapshots, the data and the runs' outputs travel through it")
+    deadline = program.budget_s + program.grace_s
+    if slurm.time_s is not None and slurm.time_s < deadline + 60:
+        least = math.ceil((deadline + STARTUP_S) / 60)
+        raise ProgramError(f"{locate('slurm.time')}: field 'slurm.time': {slurm.time_s / 60:g} min is "
+                           f"too short for budget + grace ({deadline / 60:g} min) and the node's "
+                           f"start-up: Slurm would end runs the sandbox lets finish; set it to "
+                           f"{least}m or more, or leave it out (derived from budget + grace)")
 
 
 def _check_knobs(program: Program, locate: Callable[[str], str]) -> None:

@@ -95,6 +95,33 @@ def relative_path(value: Any) -> str:
     return pure.as_posix()
 
 
+def absolute_path(value: Any) -> str:
+    text = nonempty(value)
+    if "\n" in text or not PurePosixPath(text).is_absolute() and not text.startswith("~"):
+        raise Invalid(f"expected an absolute folder path (like /checkpoint/$USER/nightshift or "
+                       f"~/nightshift), got {value!r}")
+    return text
+
+
+def lines(value: Any) -> tuple[str, ...]:
+    """A list of one-line strings (shell lines), or one string."""
+    if value is None:
+        return ()
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)) or not all(isinstance(i, str) and i.strip() and "\n" not in i
+                                              for i in items):
+        raise Invalid(f"expected a list of shell lines like ['module load cuda/12.4'], got {value!r}")
+    return tuple(i.strip() for i in items)
+
+
+def name_word(value: Any) -> str:
+    """A name as a scheduler spells one (a partition, an account): no spaces."""
+    text = nonempty(value) if not isinstance(value, (int, float)) or isinstance(value, bool) else str(value)
+    if not re.fullmatch(r"[\w.,:+@-]+", text):
+        raise Invalid(f"expected a name without spaces (like gpu or lab-ml), got {value!r}")
+    return text
+
+
 def relative_paths(value: Any) -> tuple[str, ...]:
     if value is None:
         return ()

@@ -14,6 +14,8 @@ defaults given here, and a key a newer harness adds is ignored by an older one.
     experiment_invalid  id, parent, reason, description, hypothesis, prediction, diff, ...
     proposal_rebased    id, proposed_on, onto, outcome (the incumbent moved while it was made)
     run_started         run_id, commit, seed, role, experiment, worker, device
+    run_queued          run_id, job_id (a cluster with a queue, Slurm, accepted the run)
+    run_began           run_id, job_id, node, queued_s (it left the queue and began on a node)
     run_finished        run_id, commit, seed, role, experiment, status, metric, metrics, ...
     look                id, seeds, reason (the keep rule looked and asked for more seeds)
     decision            id, commit, incumbent, verdict, reason, decision (the test), score
@@ -45,7 +47,7 @@ __all__ = [  # the records events carry are importable from here too: one place 
     "Verdict",
     "Event", "LoopFacts", "LoopStarted", "LoopResumed", "LoopStopped", "HypothesisQueued",
     "ExperimentFacts", "ExperimentProposed", "ExperimentInvalid", "ProposalRebased", "RunIdentity",
-    "RunStarted", "RunFinished", "LookTaken", "DecisionMade",
+    "RunStarted", "RunQueued", "RunBegan", "RunFinished", "LookTaken", "DecisionMade",
     "Replay", "ReplayRun", "ReplayCommit", "ReplaySummary", "ProposalAsked", "ProposalReady",
     "AblationPlanned", "AblationRun", "AblationChange", "AblationSummary", "EVENT_TYPES", "REPLAY_TYPES",
     "UnknownEvent", "parse_event", "encode", "decode",
@@ -88,7 +90,9 @@ class LoopFacts(Event):
     workers: int | None = None       # runs in flight at once
     devices: tuple[str, ...] = ()    # each worker's device ("cuda:0", "cpu:0-1", ...)
     overlap: bool | None = None      # proposals prepared while runs train
-    cluster: str | None = None       # where runs execute: "local" (this machine) | "ray"
+    cluster: str | None = None       # where runs execute: "local" (this machine) | "ray" | "slurm"
+    cluster_facts: dict[str, Any] = field(default_factory=dict)   # the backend's own description
+                                     # (Slurm: partition, account, GPUs/CPUs per run, job prefix)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -186,6 +190,28 @@ class RunStarted(RunIdentity):
 
 
 @dataclass(frozen=True, kw_only=True)
+class RunQueued(Event):
+    """A cluster with a queue (Slurm) accepted run `run_id` as job `job_id`; it waits for a
+    node. The job id is how a later harness finds and cancels it (agent/night/leftovers.py)."""
+
+    kind: ClassVar[str] = "run_queued"
+    run_id: str
+    job_id: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunBegan(Event):
+    """Run `run_id` (job `job_id`) left the queue and began on `node`, `queued_s` seconds after
+    the harness handed it over: time in the queue, recorded apart from the run's own time."""
+
+    kind: ClassVar[str] = "run_began"
+    run_id: str
+    job_id: str
+    node: str | None = None
+    queued_s: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class RunFinished(RunIdentity):
     kind: ClassVar[str] = "run_finished"
     status: Status
@@ -202,7 +228,7 @@ class RunFinished(RunIdentity):
     env_fingerprint: str | None = None
     provenance: str | None = None          # relative to results/<tag>/
     over_budget_s: float | None = None     # seconds past its budget, when it ran past it (else None)
-    node: str | None = None                # the cluster node it ran on (a Ray node), if any
+    node: str | None = None                # the cluster node it ran on (a Ray or Slurm node), if any
     started: float | None = None           # wall-clock seconds (epoch) the process started...
     ended: float | None = None             # ...and ended: the timeline of the workers
     # The grader apart (docs/integrity.md): `metric` is `measured_by` the evaluator (its own
@@ -214,6 +240,11 @@ class RunFinished(RunIdentity):
     probes: tuple[Probe, ...] = ()
     fingerprint: tuple[float, ...] = ()    # per-window bits per byte on fixed windows (evaluator)
     hidden: str | None = None              # how the hidden splits were kept from it
+    job_id: str | None = None              # Slurm: the job it was
+    job_state: str | None = None           # Slurm's word for how the cluster ended the job when
+                                           # the run did not (PREEMPTED, CANCELLED outside the
+                                           # harness, NODE_FAIL, TIMEOUT...); None otherwise
+    queued_s: float | None = None          # seconds it waited to begin (staging, the queue)
 
     @property
     def ok(self) -> bool:
@@ -460,8 +491,9 @@ class AblationSummary(Event):
 
 EVENT_TYPES: dict[str, type[Event]] = {cls.kind: cls for cls in (
     LoopStarted, LoopResumed, LoopStopped, HypothesisQueued, ExperimentProposed,
-    ExperimentInvalid, ProposalRebased, RunStarted, RunFinished, LookTaken, DecisionMade,
-    ProposalAsked, ProposalReady, AblationPlanned, AblationRun, AblationChange, AblationSummary)}
+    ExperimentInvalid, ProposalRebased, RunStarted, RunQueued, RunBegan, RunFinished, LookTaken,
+    DecisionMade, ProposalAsked, ProposalReady, AblationPlanned, AblationRun, AblationChange,
+    AblationSummary)}
 REPLAY_TYPES: dict[str, type[Replay]] = {cls.replay_kind: cls for cls in (
     ReplayRun, ReplayCommit, ReplaySummary)}
 

@@ -14,8 +14,8 @@ from typing import Any, Iterable
 
 from agent.record.events import (DecisionMade, Event, ExperimentInvalid, ExperimentProposed,
                                  HypothesisQueued, LookTaken, LoopResumed, LoopStarted,
-                                 LoopStopped, Prediction, ProposalRebased, RunFinished, RunStarted,
-                                 Role, Score, Usage, Verdict)
+                                 LoopStopped, Prediction, ProposalRebased, RunBegan, RunFinished,
+                                 RunQueued, RunStarted, Role, Score, Usage, Verdict)
 from sandbox import Status
 
 
@@ -110,6 +110,8 @@ class LoopState:
     experiments: dict[str, Experiment] = field(default_factory=dict)
     runs: list[RunFinished] = field(default_factory=list)    # finished, not interrupted
     in_flight: dict[str, RunStarted] = field(default_factory=dict)   # run_id -> started, not finished
+    # run_id -> what the cluster's queue last said of a run in flight (queued, or began on a node)
+    dispatched: dict[str, RunQueued | RunBegan] = field(default_factory=dict)
     interrupted: list[RunStarted | RunFinished] = field(default_factory=list)
     hypotheses: dict[str, HypothesisQueued] = field(default_factory=dict)
     decisions: list[DecisionMade] = field(default_factory=list)
@@ -153,6 +155,7 @@ class LoopState:
         """A new invocation starts: runs the last one started and never finished died with it."""
         self.interrupted.extend(self.in_flight.values())
         self.in_flight.clear()
+        self.dispatched.clear()
 
     def _hypothesis(self, event: HypothesisQueued) -> None:
         self.hypotheses[event.hypothesis_id] = event
@@ -192,8 +195,13 @@ class LoopState:
     def _run_started(self, event: RunStarted) -> None:
         self.in_flight[event.run_id] = event
 
+    def _run_dispatched(self, event: RunQueued | RunBegan) -> None:
+        if event.run_id in self.in_flight:
+            self.dispatched[event.run_id] = event
+
     def _run_finished(self, event: RunFinished) -> None:
         self.in_flight.pop(event.run_id, None)
+        self.dispatched.pop(event.run_id, None)
         if event.status == Status.INTERRUPTED:
             self.interrupted.append(event)
             return
@@ -292,6 +300,7 @@ _HANDLERS = {
     LoopStopped: LoopState._loop_stopped, HypothesisQueued: LoopState._hypothesis,
     ExperimentProposed: LoopState._proposed, ExperimentInvalid: LoopState._invalid,
     RunStarted: LoopState._run_started, RunFinished: LoopState._run_finished,
+    RunQueued: LoopState._run_dispatched, RunBegan: LoopState._run_dispatched,
     DecisionMade: LoopState._decided, LookTaken: LoopState._look,
     ProposalRebased: LoopState._rebased,
 }

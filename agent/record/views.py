@@ -14,7 +14,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from agent.record.events import ReplayCommit, ReplayRun, Verdict, encode
+from agent.record.events import ReplayCommit, ReplayRun, RunFinished, Verdict, encode
 from agent.record.ledger import read_events
 from agent.record.state import Experiment, LoopState, fold
 
@@ -176,11 +176,63 @@ def utilisation(state: LoopState, now: float | None = None) -> Utilisation:
     lanes: dict[int, list[tuple[float, float, str]]] = {}
     for run in state.runs:
         if start is not None and run.started and run.ended and run.ended >= start:
-            lanes.setdefault(run.worker or 0, []).append((run.started, run.ended, run.role.value))
+            lane = lanes.setdefault(run.worker or 0, [])
+            if run.queued_s:     # its wait in a cluster's queue, drawn apart from the run
+                lane.append((max(start, run.started - run.queued_s), run.started, "queued"))
+            lane.append((run.started, run.ended, run.role.value))
     end = (epoch(latest.stopped) if latest else None) or now or last_event
     return Utilisation(workers=latest.workers if latest else 1, busy_s=busy, capacity_s=capacity,
                        share=busy / capacity if capacity > 0 else None,
                        lanes=dict(sorted(lanes.items())), start=start, end=end)
+
+
+@dataclass(frozen=True)
+class QueueTime:
+    """Time runs spent waiting in a cluster's queue (Slurm), apart from their run time, and
+    the runs the cluster took back (preempted, requeued, cancelled outside): not results."""
+
+    runs: int                    # runs with a queue time recorded
+    total_s: float
+    median_s: float | None
+    longest_s: float | None
+    run_s: float                 # those runs' own time, for scale
+    taken_back: dict[str, int]   # Slurm's word (PREEMPTED, CANCELLED, ...) -> runs run again
+
+    def lines(self) -> list[str]:
+        """What status and the report say (nothing when no run waited in a queue)."""
+        if not self.runs:
+            return []
+        said = [f"queue: {self.runs} runs waited {_span(self.total_s)} in all before they began "
+                f"(median {_span(self.median_s or 0)}, longest {_span(self.longest_s or 0)}), "
+                f"apart from their {_span(self.run_s)} of run time"]
+        if self.taken_back:
+            shown = ", ".join(f"{word.lower()} {n}" for word, n in sorted(self.taken_back.items()))
+            said.append(f"taken back by the cluster (not results; their seeds run again): {shown}")
+        return said
+
+
+def queue_time(state: LoopState) -> QueueTime:
+    waited = [r for r in state.runs + [r for r in state.interrupted if isinstance(r, RunFinished)]
+              if r.queued_s is not None]
+    values = [r.queued_s for r in waited]
+    back: dict[str, int] = {}
+    for run in state.interrupted:
+        if isinstance(run, RunFinished) and run.job_state:   # the cluster's doing, not the harness's
+            back[run.job_state] = back.get(run.job_state, 0) + 1
+    return QueueTime(runs=len(waited), total_s=sum(values),
+                     median_s=statistics.median(values) if values else None,
+                     longest_s=max(values) if values else None,
+                     run_s=sum((r.ended - r.started) if r.started and r.ended else (r.duration_s or 0.0)
+                               for r in waited),
+                     taken_back=back)
+
+
+def _span(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def timeline_text(use: Utilisation, width: int = 60) -> list[str]:
@@ -191,7 +243,9 @@ def timeline_text(use: Utilisation, width: int = 60) -> list[str]:
     rows = []
     for worker in range(max(use.workers, max(use.lanes) + 1)):
         cells = [0.0] * width
-        for begin, end, _ in use.lanes.get(worker, []):
+        for begin, end, role in use.lanes.get(worker, []):
+            if role == "queued":
+                continue
             for i in range(width):
                 lo, hi = use.start + span * i / width, use.start + span * (i + 1) / width
                 cells[i] += max(0.0, min(end, hi) - max(begin, lo)) / (hi - lo)

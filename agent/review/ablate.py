@@ -311,7 +311,8 @@ def build_ablator(program: Program, tag: str, settings: AblationSettings, *, san
         lock.release()
         raise
     ablator = Ablator(ledger=ledger, state=ledger.state, executor=executor,
-                      make_workers=lambda on_done: night_workers(program, runner, on_done, gpus),
+                      make_workers=lambda on_done: night_workers(program, runner, on_done, tag=tag,
+                                                                 results=tag_dir, gpus=gpus),
                       ablation_id=ablation_id, direction=program.direction, on_event=on_event)
     return Assembled(ablator, variants, workspace, lock)
 

@@ -27,7 +27,7 @@ from agent.record.events import (LoopStarted, ReplayCommit, ReplayRun, ReplaySum
 from agent.record.ledger import read_events, utc_now
 from agent.record.provenance import read_provenance
 from agent.record.state import Experiment, LoopState, fold
-from agent.record.views import utilisation
+from agent.record.views import queue_time, utilisation
 from agent.review.ablation_panel import ablation_panels
 from agent.review.charts import calibration_chart, progress_chart, progress_png
 from agent.review.experiment_view import experiment_views
@@ -292,7 +292,8 @@ def _workers(state: LoopState, width: int = 760) -> dict[str, Any]:
                  for begin, end, role in runs] if span > 0 else []
         lanes.append({"worker": worker, "runs": drawn})
     return {"workers": use.workers, "share": use.share, "busy_s": use.busy_s,
-            "capacity_s": use.capacity_s, "lanes": lanes, "width": width, "span_s": span}
+            "capacity_s": use.capacity_s, "lanes": lanes, "width": width, "span_s": span,
+            "queue": queue_time(state).lines()}
 
 
 def _cost(state: LoopState) -> dict[str, Any] | None:

@@ -16,8 +16,8 @@ from agent.record.events import (EVENT_TYPES, REPLAY_TYPES, AblationChange, Abla
                                  ExperimentInvalid, ExperimentProposed, HypothesisQueued,
                                  LookTaken, LoopResumed, LoopStarted, LoopStopped, Prediction,
                                  ProposalAsked, ProposalReady, ProposalRebased, ReplayCommit,
-                                 ReplayRun, ReplaySummary, Role, RunFinished, RunStarted, Score,
-                                 Usage, Verdict, parse_event)
+                                 ReplayRun, ReplaySummary, Role, RunBegan, RunFinished, RunQueued,
+                                 RunStarted, Score, Usage, Verdict, parse_event)
 from agent.record.ledger import read_events
 from agent.record.state import fold
 from sandbox import Status
@@ -58,6 +58,11 @@ ONE_OF_EACH: list[Event] = [
                 duration_s=61.2, peak_memory_mb=900.0, exit_code=0, log="runs/r1/log.txt",
                 log_tail="---\nval_bpb: 1.9", backend="local", env_fingerprint="abc", worker=3,
                 device="cuda:3", node="10.0.0.7", started=1.7e9, ended=1.7e9 + 61.2),
+    RunQueued(run_id="r2", job_id="4812"),
+    RunBegan(run_id="r2", job_id="4812", node="gpu-17", queued_s=312.5),
+    RunFinished(run_id="r2", commit="c" * 40, seed=2001, role=Role.CANDIDATE, experiment="e0001",
+                status=Status.INTERRUPTED, reason="Slurm preempted job 4812 on gpu-17",
+                node="gpu-17", job_id="4812", job_state="PREEMPTED", queued_s=312.5),
     LookTaken(id="e0001", seeds=1, reason="promising: p=0.1 at look 1 of 8"),
     DecisionMade(id="e0001", commit="c" * 40, incumbent="b" * 40, verdict=Verdict.KEEP,
                  reason="significant", decision=DECISION, score=SCORE),
