@@ -12,6 +12,7 @@ import pytest
 from agent.record.events import Role
 from sandbox import Status
 from tests.loop_helpers import cli_env, loop_state, make_repo, nightshift
+from tests.cluster.graded import GRADE, GRADED_PROGRAM, GRADED_SCRIPT, PREPARE
 from tests.night.test_scheduler import PROGRAM, SLEEPY, assert_no_run_twice, leftovers
 
 pytestmark = pytest.mark.ray
@@ -30,29 +31,6 @@ def test_every_ray_listener_is_on_loopback(ray_address):
     for line in ray_lines:
         local = line.split()[3]
         assert local.startswith(("127.0.0.1:", "[::ffff:127.0.0.1]:", "[::1]:")), line
-
-
-# The grader apart on the cluster: training leaves a "model", a protected evaluator scores it
-# in its own step on the node, and the training step's view of the data hides val and test.
-GRADED_SCRIPT = SLEEPY.replace('json.dump({"val_bpb": value,', 'json.dump({"model": value, "train": open(os.path.join('
-                               'os.environ["NIGHTSHIFT_DATA"], "train.bin")).read(), "val_size": os.path.getsize(os.path.join('
-                               'os.environ["NIGHTSHIFT_DATA"], "val.bin")),')   # a stat: no open
-PREPARE = """import json, os
-root = os.path.join(os.environ["NIGHTSHIFT_DATA_ROOT"], "splits")
-os.makedirs(root, exist_ok=True)
-for split in ("train", "val", "test"):
-    open(os.path.join(root, split + ".bin"), "w").write(split + " bytes")
-json.dump({"splits": {s: s + ".bin" for s in ("train", "val", "test")}}, open(os.path.join(root, "meta.json"), "w"))
-print("data_dir:", root)
-"""
-GRADE = """import json, os, sys
-model = json.load(open(os.path.join(sys.argv[1], "result.json")))["model"]
-assert open(os.path.join(os.environ["NIGHTSHIFT_DATA"], "val.bin")).read() == "val bytes"
-print("---")
-print("val_bpb:", model + 0.001)
-"""
-GRADED_PROGRAM = PROGRAM.replace("protected: []", "protected: [grade.py, prep.py]").replace(
-    "prepare: null", "prepare: python prep.py\nevaluate: python grade.py {train_out}")
 
 
 def test_a_night_on_the_cluster_lands_on_both_nodes_and_brings_results_back(tmp_path, ray_address):

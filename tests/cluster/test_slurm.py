@@ -18,23 +18,29 @@ from agent.record.events import Verdict
 from cluster.slurm_settings import job_prefix
 from sandbox import Status
 from tests.loop_helpers import cli_env, events, git_out, loop_state, make_repo, nightshift
+from tests.cluster.graded import GRADE, GRADED_PROGRAM, GRADED_SCRIPT, PREPARE
 from tests.night.test_scheduler import PROGRAM, SLEEPY, assert_no_run_twice, finished_runs, most_at_once
 
 pytestmark = pytest.mark.slurm
 
 
-def slurm_repo(tmp_path: Path, delay: str, baseline: int = 2, **slurm: str) -> Path:
+def slurm_repo(tmp_path: Path, delay: str, baseline: int = 2, graded: bool = False, **slurm: str) -> Path:
+    """A sleep-paced repository on the Slurm cluster; `graded`: scored by a protected evaluator
+    in its own step on the node, over data whose val and test splits training must not see."""
     shared = tmp_path / "shared"
     shared.mkdir()
     cpus = slurm.pop("cpus", None)
     table = ", ".join(f"{k}: {v}" for k, v in {"shared_dir": str(shared), **slurm}.items())
     limits = f"limits: {{memory: 1g, cpus: {cpus}}}\n" if cpus else "limits: {memory: 1g}\n"
-    program = PROGRAM.replace("---\nSleep", f"cluster: slurm\nslurm: {{{table}}}\n{limits}---\nSleep")
+    program = (GRADED_PROGRAM if graded else PROGRAM).replace(
+        "---\nSleep", f"cluster: slurm\nslurm: {{{table}}}\n{limits}---\nSleep")
     program = program.replace("baseline: 4", f"baseline: {baseline}").replace(
-        "protected: []", "protected: [judge.py]")
-    return make_repo(tmp_path / "user", {"sleepy.py": SLEEPY.replace("DELAY = 0.5", f"DELAY = {delay}"),
-                                         "judge.py": "# the evaluation a candidate must not touch\n",
-                                         "program.md": program})
+        "protected: [", "protected: [judge.py, ").replace(", ]", "]")
+    files = {"sleepy.py": (GRADED_SCRIPT if graded else SLEEPY).replace("DELAY = 0.5", f"DELAY = {delay}"),
+             "judge.py": "# the evaluation a candidate must not touch\n", "program.md": program}
+    if graded:
+        files.update({"prep.py": PREPARE, "grade.py": GRADE})
+    return make_repo(tmp_path / "user", files)
 
 
 def squeue() -> dict[str, tuple[str, str]]:
@@ -115,7 +121,7 @@ def test_every_slurm_daemon_listens_on_loopback_only(slurm_conf):
 
 
 def test_a_night_runs_as_real_jobs_two_at_a_time_and_everything_comes_back(tmp_path, slurm_conf):
-    repo = slurm_repo(tmp_path, delay="1.0")
+    repo = slurm_repo(tmp_path, delay="1.0", graded=True)
     done = nightshift(repo, "run", "--tag", "sl", "--workers", "2", "--max-experiments", "2",
                       env=cli_env(tmp_path / "data"), timeout=400)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -126,7 +132,10 @@ def test_a_night_runs_as_real_jobs_two_at_a_time_and_everything_comes_back(tmp_p
     for run in runs:
         assert run.node in {"n1", "n2"} and run.job_id and run.queued_s is not None
         folder = repo / "results" / "sl" / "runs" / run.run_id
-        assert '"val_bpb"' in (folder / "out" / "result.json").read_text()   # back from the node
+        trained = json.loads((folder / "out" / "result.json").read_text())   # back from the node
+        assert run.measured_by == "evaluator" and run.metric == trained["model"] + 0.001
+        assert trained["train"] == "train bytes" and trained["val_size"] == 0   # val hidden from training
+        assert "val_bpb:" in (folder / "eval" / "log.txt").read_text()          # the evaluation's, back too
         assert (folder / "log.txt").exists() and (folder / "slurm.log").exists()
         provenance = json.loads((folder / "provenance.json").read_text())
         assert provenance["worker"]["job_id"] == run.job_id and provenance["worker"]["node"] == run.node

@@ -1,0 +1,31 @@
+"""A sleep-paced night scored by a protected evaluator, for the cluster backends' tests.
+
+The training script leaves a "model" (its value) in result.json and reads the training split;
+a protected prepare step writes three splits with a meta.json that declares them; the
+protected evaluator `grade.py` reads the training outputs ({train_out}) and the split it
+scores. So a night on a cluster shows the two steps, the evaluator's metric and the hidden
+splits working where the runs land.
+"""
+from tests.night.test_scheduler import PROGRAM, SLEEPY
+
+GRADED_SCRIPT = SLEEPY.replace('json.dump({"val_bpb": value,', 'json.dump({"model": value, "train": open(os.path.join('
+                               'os.environ["NIGHTSHIFT_DATA"], "train.bin")).read(), "val_size": os.path.getsize(os.path.join('
+                               'os.environ["NIGHTSHIFT_DATA"], "val.bin")),')   # a stat: no open
+PREPARE = """import json, os
+root = os.path.join(os.environ["NIGHTSHIFT_DATA_ROOT"], "splits")
+os.makedirs(root, exist_ok=True)
+for split in ("train", "val", "test"):
+    open(os.path.join(root, split + ".bin"), "w").write(split + " bytes")
+json.dump({"splits": {s: s + ".bin" for s in ("train", "val", "test")}}, open(os.path.join(root, "meta.json"), "w"))
+print("data_dir:", root)
+"""
+GRADE = """import json, os, sys
+model = json.load(open(os.path.join(sys.argv[1], "result.json")))["model"]
+assert open(os.path.join(os.environ["NIGHTSHIFT_DATA"], "val.bin")).read() == "val bytes"
+print("---")
+print("val_bpb:", model + 0.001)
+"""
+GRADED_PROGRAM = PROGRAM.replace("protected: []", "protected: [grade.py, prep.py]").replace(
+    "prepare: null", "prepare: python prep.py\nevaluate: python grade.py {train_out}")
+
+
