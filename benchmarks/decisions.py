@@ -148,10 +148,12 @@ def night_sequential(rule: SequentialRule, prior: str, budget: int,
     """One night of the real rule, driven the way agent's loop drives it."""
     rng, world, night = rngs[0], World(rngs[1], noise), Night()
     groups: dict[int, list[float]] = {}          # commit -> values, for the pooled noise sd
+    table: dict[int, dict[int, float]] = {}      # commit -> seed -> value: same-seed pairs
     pooled = {"ss": 0.0, "dof": 0}
 
     def measure(commit: int, level: float, seed: int) -> float:
         value = world.run(commit, level, seed)
+        table.setdefault(commit, {})[seed] = value
         values = groups.setdefault(commit, [])
         if values:                               # Welford update of the pooled sum of squares
             mean = sum(values) / len(values)
@@ -163,6 +165,8 @@ def night_sequential(rule: SequentialRule, prior: str, budget: int,
 
     level, incumbent = 0.0, 0
     reference = {s: measure(0, level, s) for s in rule.baseline_seeds()}
+    repeats = tuple((reference[s], world.run(0, level, s)) for s in rule.repeat_seeds())
+    night.runs += len(repeats)                   # the loop re-runs one baseline seed, once
     history: list[Decision] = []
     commit = 0
     while night.runs < budget:
@@ -172,7 +176,8 @@ def night_sequential(rule: SequentialRule, prior: str, budget: int,
         while night.runs < budget:
             sd = math.sqrt(pooled["ss"] / pooled["dof"]) if pooled["dof"] else None
             out = rule.next(Evidence("minimize", dict(candidate), dict(reference), sd,
-                                     pooled["dof"], tuple(history)))
+                                     pooled["dof"], tuple(history), runs=table,
+                                     repeats=repeats))
             if isinstance(out, Decision):
                 decision = out
                 break

@@ -65,6 +65,9 @@ def nightshift(rule: SequentialRule, workers: int, draw, world, rng: np.random.G
     in_flight: dict[tuple[int, int], float] = {}          # (commit, seed) -> finish time
     events: list[tuple[float, int, int, float]] = []      # (time, commit, seed, level)
     groups: dict[int, list[float]] = {}
+    table: dict[int, dict[int, float]] = {}                # commit -> seed -> value (first)
+    repeats: list[tuple[float, float]] = []                # the night's same-seed repeat
+    repeat_wanted = list(rule.repeat_seeds())
     waiting_reapply: list[float] = []                      # gains of superseded diffs to re-try
     cancelled: set[int] = set()                            # superseded commits: runs stopped
     now = 0.0
@@ -86,7 +89,8 @@ def nightshift(rule: SequentialRule, workers: int, draw, world, rng: np.random.G
     def evidence(cand: Candidate) -> Evidence:
         sd, dof = noise()
         return Evidence("minimize", dict(cand.values), dict(reference), sd, dof, cand.history,
-                        looks=tuple(cand.looks), batch=max(1, workers // max(1, len(pending))))
+                        looks=tuple(cand.looks), batch=max(1, workers // max(1, len(pending))),
+                        runs=table, repeats=tuple(repeats))
 
     while True:
         # decide what can be decided (the baseline first)
@@ -137,6 +141,10 @@ def nightshift(rule: SequentialRule, workers: int, draw, world, rng: np.random.G
                     if s not in reference and (incumbent, s) not in in_flight:
                         wanted = (incumbent, s, level)
                         break
+            if wanted is None and repeat_wanted and repeat_wanted[0] in reference \
+                    and (incumbent, -1 - repeat_wanted[0]) not in in_flight:
+                seed = repeat_wanted.pop(0)      # the baseline's same-seed repeat, once
+                wanted = (incumbent, -1 - seed, level)
             if wanted is None:                   # a new candidate's screen
                 gain = waiting_reapply.pop(0) if waiting_reapply else draw()
                 commit += 1
@@ -152,8 +160,13 @@ def nightshift(rule: SequentialRule, workers: int, draw, world, rng: np.random.G
         if c in cancelled:
             continue
         in_flight.pop((c, seed), None)
-        value = world.run(c, lvl, seed)
         result.runs += 1
+        if seed < 0:                             # a repeat (seed −1 − s): jitter only
+            if c == incumbent and -1 - seed in reference:
+                repeats.append((reference[-1 - seed], world.run(c, lvl, -1 - seed)))
+            continue
+        value = world.run(c, lvl, seed)
+        table.setdefault(c, {}).setdefault(seed, value)
         groups.setdefault(c, []).append(value)
         if c == incumbent:
             reference.setdefault(seed, value)

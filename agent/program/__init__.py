@@ -154,7 +154,9 @@ def _seed_check(plan: SeedPlan) -> None:
 _RECORDS: dict[str, dict[str, tuple[str, Parser]]] = {
     "seeds": {"baseline": ("baseline", v.seed_count(2, "two runs are the least that measure spread")),
               "screen": ("screen", v.seed_count(1, "a candidate runs once before the first look")),
-              "max": ("max", v.seed_count(2, "a keep needs two paired seeds"))},
+              "max": ("max", v.seed_count(2, "a keep needs two paired seeds")),
+              "repeat": ("repeat", v.check(v.whole, lambda n: 0 <= n <= 1,
+                                           "0 or 1 (one baseline seed run twice, once a night)"))},
     "full_scale": {"budget": ("budget_s", v.budget),
                    "seeds": ("seeds", v.seed_count(1, "a replay runs each commit once at least"))},
     "limits": {"memory": ("memory_mb", parse_memory), "pids": ("pids", v.count),
