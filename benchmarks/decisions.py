@@ -2,6 +2,7 @@
 
     python benchmarks/decisions.py [--nights 100] [--runs 400] [--seed 0] [--quick] [--jobs 2]
     python benchmarks/decisions.py --workers 1 4 8 [--nights 30] [--jobs 2]
+    python benchmarks/decisions.py --pairing [--nights 100] [--jobs 2]
 
 A night is a fixed budget of training runs (400 ≈ 8 h of 60 s runs plus overhead). Each
 candidate is a change to the current incumbent with a true effect drawn from a prior, in
@@ -23,6 +24,10 @@ Printed per rule: real progress (true improvement of the final incumbent, σ), r
 optimism (true − recorded value of the final incumbent, σ; positive = the record flatters),
 keeps that were truly helpful / no-effect / harmful, candidates tried, runs per candidate.
 Then false keeps per 100 candidates on nights where no candidate has any effect.
+
+With --pairing: the same nights at same-seed correlations ρ = 0, 0.5 and 0.9, the rule with
+and without the night's pooled same-seed evidence, and told the true ρ, beside the single-run
+rule (benchmarks/pairing_nights.py).
 
 With --workers: nights of the same wall-clock length (`--runs` runs per worker) on N workers,
 the loop's scheduler with batched looks and superseding (benchmarks/parallel_nights.py)
@@ -262,6 +267,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed-share", type=float, help="override the fitted ρ")
     parser.add_argument("--workers", type=int, nargs="+",
                         help="compare nights on these worker counts instead (see above)")
+    parser.add_argument("--pairing", action="store_true",
+                        help="compare at same-seed correlations 0, 0.5, 0.9 instead (see above)")
     args = parser.parse_args(argv)
     noise, data = load_noise_model()
     if args.seed_share is not None or args.repeat_share is not None:
@@ -271,6 +278,13 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     if args.workers:
         return compare_workers(args, noise, data, started)
+    if args.pairing:
+        from benchmarks.pairing_nights import compare_pairing
+
+        with multiprocessing.Pool(args.jobs) if args.jobs > 1 else contextlib.nullcontext() as pool:
+            return compare_pairing(args, noise.repeat_share, started,
+                                   lambda f, cells: pool.map(f, cells, chunksize=1) if pool
+                                   else list(map(f, cells)))
     print(f"noise model: σ = {data['sd']:.4g} {data['metric']} per run ({data['budget_s']} s "
           f"budget); same-seed correlation of two commits ρ = {noise.seed_share:.2f}; "
           f"re-run jitter share {noise.repeat_share:.2f}")

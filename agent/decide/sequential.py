@@ -241,6 +241,11 @@ class SequentialRule(DecisionRule):
         return efficacy_boundaries(rounded, tuple(float(n) for n in looks), futility,
                                    first, self.spend_power, float(self.max_seeds))
 
+    def seed_share(self, estimate: noise_module.NoiseEstimate) -> float:
+        """The share of a run's luck credited to its seed (the conservative estimate; a
+        subclass may know better, as benchmarks/pairing_nights.py's ceiling does)."""
+        return estimate.seed_share
+
     # ---- the decision ----------------------------------------------------------------
     def next(self, evidence: Evidence) -> RunMore | Decision:
         night = self.night(evidence.history)
@@ -275,7 +280,7 @@ class SequentialRule(DecisionRule):
         estimate = noise()
         if estimate.share_cap <= 0.1:
             return ()   # a re-run of one seed shows seeds cannot share enough to pay for pairs
-        if estimate.pair_dof < 2 * noise_module.MIN_PAIR_DOF or estimate.seed_share > 0.1:
+        if estimate.pair_dof < 2 * noise_module.MIN_PAIR_DOF or self.seed_share(estimate) > 0.1:
             return tuple(missing)   # pairing helps, or the night cannot tell yet
         return ()
 
@@ -284,7 +289,7 @@ class SequentialRule(DecisionRule):
               noise: Callable[[], noise_module.NoiseEstimate]) -> RunMore | Decision:
         seeds = tuple(candidate)
         estimate = noise()
-        share = estimate.seed_share
+        share = self.seed_share(estimate)
         ref_level, cand_level, diff, sd_diff = gls_difference(candidate, reference, share)
         effect = diff if evidence.direction == "minimize" else -diff
         dof = min(estimate.dof, estimate.pair_dof) if share > 0 else estimate.dof

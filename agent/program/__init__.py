@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 from agent.decide import fdr, rules
 from agent.decide.decision import RuleSettings, SeedPlan
+from agent.decide.early_stop import EarlyStopSettings
 from agent.program import values as v
 from agent.program.frontmatter import ProgramError, compose, decode, line_of, split
 from agent.program.values import MAX_SEEDS, Parser, parse_duration, parse_memory  # noqa: F401 (public)
@@ -72,6 +73,7 @@ class Program:
     min_effect: float = RuleSettings.min_effect   # smallest improvement worth keeping, metric units
     decision: str = rules.RULES[0]
     fdr: str = RuleSettings.fdr
+    early_stop: EarlyStopSettings = field(default_factory=EarlyStopSettings)
     full_scale: FullScale = field(default_factory=FullScale)
     sandbox: str = "auto"
     researcher: str = "auto"
@@ -157,6 +159,10 @@ _RECORDS: dict[str, dict[str, tuple[str, Parser]]] = {
               "max": ("max", v.seed_count(2, "a keep needs two paired seeds")),
               "repeat": ("repeat", v.check(v.whole, lambda n: 0 <= n <= 1,
                                            "0 or 1 (one baseline seed run twice, once a night)"))},
+    "early_stop": {"mode": ("mode", v.on_off("auto", "off")),
+                   "checkpoints": ("checkpoints", v.budget_fractions),
+                   "confidence": ("confidence", v.check(v.number, lambda c: 0.5 < c < 1,
+                                                        "a number in (0.5, 1), like 0.99"))},
     "full_scale": {"budget": ("budget_s", v.budget),
                    "seeds": ("seeds", v.seed_count(1, "a replay runs each commit once at least"))},
     "limits": {"memory": ("memory_mb", parse_memory), "pids": ("pids", v.count),
@@ -165,6 +171,7 @@ _RECORDS: dict[str, dict[str, tuple[str, Parser]]] = {
     "openai": _table(llm.OPENAI_FIELDS),
 }
 _seed_plan = v.record(SeedPlan, _RECORDS["seeds"], _seed_check)
+_early_stop = v.record(EarlyStopSettings, _RECORDS["early_stop"])
 
 # The validation table: YAML key -> (Program attribute, parser).
 _FIELDS: dict[str, tuple[str, Parser]] = {
@@ -188,6 +195,8 @@ _FIELDS: dict[str, tuple[str, Parser]] = {
     "min_effect": ("min_effect", v.check(v.number, lambda x: x >= 0, "a number >= 0")),
     "decision": ("decision", v.choice(*rules.RULES)),
     "fdr": ("fdr", v.choice(*fdr.METHODS)),
+    "early_stop": ("early_stop", lambda v: _early_stop(v if isinstance(v, dict) or v is None
+                                                       else {"mode": v})),
     "full_scale": ("full_scale", v.record(FullScale, _RECORDS["full_scale"])),
     "sandbox": ("sandbox", v.choice(*BACKENDS)),
     "researcher": ("researcher", v.choice(*RESEARCHER_NAMES)),
