@@ -3,6 +3,7 @@
     python benchmarks/decisions.py [--nights 100] [--runs 400] [--seed 0] [--quick] [--jobs 2]
     python benchmarks/decisions.py --workers 1 4 8 [--nights 30] [--jobs 2]
     python benchmarks/decisions.py --pairing [--nights 100] [--jobs 2]
+    python benchmarks/decisions.py --early-stop [--workers 1 4] [--nights 20] [--jobs 2]
 
 A night is a fixed budget of training runs (400 ≈ 8 h of 60 s runs plus overhead). Each
 candidate is a change to the current incumbent with a true effect drawn from a prior, in
@@ -28,6 +29,10 @@ Then false keeps per 100 candidates on nights where no candidate has any effect.
 With --pairing: the same nights at same-seed correlations ρ = 0, 0.5 and 0.9, the rule with
 and without the night's pooled same-seed evidence, and told the true ρ, beside the single-run
 rule (benchmarks/pairing_nights.py).
+
+With --early-stop [--workers 1 4]: nights whose runs print learning curves, today's rule
+(every run to its budget) beside early stopping (agent/decide/early_stop.py) and Optuna's
+MedianPruner on the same curves: decisions and progress per hour (benchmarks/curve_nights.py).
 
 With --workers: nights of the same wall-clock length (`--runs` runs per worker) on N workers,
 the loop's scheduler with batched looks and superseding (benchmarks/parallel_nights.py)
@@ -267,6 +272,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed-share", type=float, help="override the fitted ρ")
     parser.add_argument("--workers", type=int, nargs="+",
                         help="compare nights on these worker counts instead (see above)")
+    parser.add_argument("--early-stop", action="store_true",
+                        help="compare early stopping on simulated curves instead (see above)")
     parser.add_argument("--pairing", action="store_true",
                         help="compare at same-seed correlations 0, 0.5, 0.9 instead (see above)")
     args = parser.parse_args(argv)
@@ -276,6 +283,12 @@ def main(argv: list[str] | None = None) -> int:
         tau = noise.repeat_share if args.repeat_share is None else args.repeat_share
         noise = NoiseModel(rho, min(tau, 1 - rho))
     started = time.time()
+    if args.early_stop:
+        from benchmarks.curve_nights import compare_early_stop
+
+        with multiprocessing.Pool(args.jobs) if args.jobs > 1 else contextlib.nullcontext() as pool:
+            return compare_early_stop(args, noise, lambda f, cells: pool.map(f, cells, chunksize=1)
+                                      if pool else list(map(f, cells)), started)
     if args.workers:
         return compare_workers(args, noise, data, started)
     if args.pairing:

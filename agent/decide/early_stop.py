@@ -10,11 +10,12 @@ conservative prior: the gap says nothing (b = 0) and the residual is as wide as 
 paired difference, worth `Prior.pseudo_pairs` pairs. So the first candidates of a night are
 never stopped, and stops begin once its own pairs show that a mid-run gap carries over.
 
-A run stops when even the favourable end of its predicted final improvement is at or below
-`threshold` (0: worse than the incumbent on this seed): a one-sided bound at
-`confidence`, split over the checkpoints (Bonferroni), so that a run that would have ended
-above the threshold is stopped with probability at most 1 − confidence over the whole run,
-if the line fits. Two guards against curves that cross late: a gap closing fast enough to
+A run stops when even the favourable end of its predicted final improvement still `loses`:
+ends the candidate (by default: worse than the incumbent on this seed; the loop asks its
+keep rule whether a run ending there would discard the candidate). The end is a one-sided
+bound at `confidence`, split over the checkpoints (Bonferroni), so that a run that would
+not have lost is stopped with probability at most 1 − confidence over the whole run, if the
+line fits. Two guards against curves that cross late: a gap closing fast enough to
 cross before the end is never stopped, and curves that cannot be compared are not paired
 (`CannotPair`, with why: no progress lines, a different batch shape or step count, a
 different learning-rate schedule).
@@ -28,7 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 from scipy import stats
@@ -127,6 +128,10 @@ class CannotPair:
 Judgement = Continue | Stop | CannotPair
 
 
+def _worse(gap: float) -> bool:
+    return gap <= 0
+
+
 def loss_before(curve: Curve, checkpoint: float) -> float | None:
     """The curve's mean loss over the stretch of the budget just before `checkpoint`, read by
     linear interpolation at a few evenly spread fractions (None: it does not cover it)."""
@@ -221,12 +226,13 @@ def forecast(gap: float, checkpoint: float, pairs: Sequence[FinishedPair], scale
 
 def judge(candidate: Curve, incumbent: Curve, pairs: Sequence[FinishedPair],
           settings: EarlyStopSettings, *, scale: float, now: float | None = None,
-          threshold: float = 0.0, prior: Prior = PRIOR) -> Judgement:
+          loses: Callable[[float], bool] | None = None, prior: Prior = PRIOR) -> Judgement:
     """Continue, stop or cannot pair, for a candidate run whose curve is `candidate` so far
     (at `now` of its budget by the harness's clock; default: its last point) against the
     incumbent's curve on the same seed. `pairs`: the night's finished pairs; `scale`: the sd
-    of a final same-seed difference (agent/decide/noise.py's pair_sd, or √2·sd); `threshold`:
-    the final improvement at or below which the run is a loss for its candidate."""
+    of a final same-seed difference (agent/decide/noise.py's pair_sd, or √2·sd); `loses(g)`:
+    whether a run that ends g better than the incumbent's on this seed (metric units) ends its
+    candidate, monotone (if g loses, so does anything less); default g <= 0."""
     now = candidate.reached if now is None else now
     if not settings.enabled:
         return Continue("early stopping is off")
@@ -246,7 +252,7 @@ def judge(candidate: Curve, incumbent: Curve, pairs: Sequence[FinishedPair],
     result = forecast(gap, checkpoint, pairs, scale, tail, prior)
     where = f"at {checkpoint:.0%}: predicted {result.predicted:+.4g} [{result.interval[0]:+.4g}, " \
             f"{result.interval[1]:+.4g}] from a gap of {gap:+.4g} ({result.pairs} finished pairs)"
-    if result.bound > threshold:
+    if not (loses or _worse)(result.bound):
         return Continue(where, result)
     earlier = [c for c in settings.checkpoints if c < checkpoint]
     if earlier:

@@ -172,3 +172,17 @@ def test_a_curve_for_the_ledger_is_compact():
     assert short.points[0] == long.points[0] and short.points[-1] == long.points[-1]
     assert [p.fraction for p in short.points] == sorted(p.fraction for p in short.points)
     assert curve().compact() == curve()
+
+
+def test_what_loses_is_the_callers_to_say():
+    # The loop asks its keep rule whether a run ending there ends the candidate: a stricter
+    # bar (the screen's futility boundary) stops more, a lenient one nothing.
+    rng = np.random.default_rng(5)
+    pairs = night_pairs(rng)
+    run, incumbent = curve(shift=0.03, noise=0.005, rng=rng).upto(0.8), curve(noise=0.005, rng=rng)
+    default = judge(run, incumbent, pairs, SETTINGS, scale=0.02)
+    assert isinstance(default, Continue) and default.forecast.bound > 0
+    strict = judge(run, incumbent, pairs, SETTINGS, scale=0.02,
+                   loses=lambda g: g <= default.forecast.bound + 0.01)
+    assert isinstance(strict, Stop)
+    assert isinstance(judge(run, incumbent, pairs, SETTINGS, scale=0.02, loses=lambda g: g <= -1), Continue)
