@@ -7,6 +7,7 @@ metrics from `metric = level + seed effect (ρ) + commit × seed effect + jitter
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -56,7 +57,7 @@ class Night:
         while True:
             step = self.rule.next(self.evidence(candidate))
             if isinstance(step, Decision):
-                self.history.append(dataclass_without_keep(step))
+                self.history.append(as_if_not_kept(step))
                 return step
             for s in step.candidate_seeds:
                 candidate[s] = self.run(self.commit, -effect, s)
@@ -64,9 +65,8 @@ class Night:
                 self.reference.setdefault(s, self.run(0, 0.0, s))
 
 
-def dataclass_without_keep(decision: Decision) -> Decision:
+def as_if_not_kept(decision: Decision) -> Decision:
     """History as if nothing was kept: the incumbent, its seeds and reign stay the same."""
-    import dataclasses
     if decision.verdict is Verdict.KEEP:
         return dataclasses.replace(decision, verdict=Verdict.DISCARD)
     return decision
