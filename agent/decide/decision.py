@@ -17,7 +17,7 @@ import math
 import statistics
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Hashable, Mapping
 
 from agent.record.events import Decision, Verdict
 
@@ -33,7 +33,7 @@ class Evidence:
     looks: tuple[int, ...] | None = None  # seed counts of this candidate's earlier looks
                                           # (None: not recorded, a serial night looked at each)
     batch: int = 1                        # how many seeds the next look may add (free workers)
-    runs: Mapping[str, Mapping[int, float]] = field(default_factory=dict)
+    runs: Mapping[Hashable, Mapping[int, float]] = field(default_factory=dict)
                                           # every commit's OK runs of the night, seed -> metric
                                           # (the first per seed): the pooled same-seed spread
     repeats: tuple[tuple[float, float], ...] = ()   # a (commit, seed) run twice: both values
