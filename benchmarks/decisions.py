@@ -2,6 +2,8 @@
 
     python benchmarks/decisions.py [--nights 100] [--runs 400] [--seed 0] [--quick] [--jobs 2]
     python benchmarks/decisions.py --workers 1 4 8 [--nights 30] [--jobs 2]
+    python benchmarks/decisions.py --pairing [--nights 100] [--jobs 2]
+    python benchmarks/decisions.py --early-stop [--workers 1 4] [--nights 20] [--jobs 2]
 
 A night is a fixed budget of training runs (400 ≈ 8 h of 60 s runs plus overhead). Each
 candidate is a change to the current incumbent with a true effect drawn from a prior, in
@@ -23,6 +25,14 @@ Printed per rule: real progress (true improvement of the final incumbent, σ), r
 optimism (true − recorded value of the final incumbent, σ; positive = the record flatters),
 keeps that were truly helpful / no-effect / harmful, candidates tried, runs per candidate.
 Then false keeps per 100 candidates on nights where no candidate has any effect.
+
+With --pairing: the same nights at same-seed correlations ρ = 0, 0.5 and 0.9, the rule with
+and without the night's pooled same-seed evidence, and told the true ρ, beside the single-run
+rule (benchmarks/pairing_nights.py).
+
+With --early-stop [--workers 1 4]: nights whose runs print learning curves, today's rule
+(every run to its budget) beside early stopping (agent/decide/early_stop.py) and Optuna's
+MedianPruner on the same curves: decisions and progress per hour (benchmarks/curve_nights.py).
 
 With --workers: nights of the same wall-clock length (`--runs` runs per worker) on N workers,
 the loop's scheduler with batched looks and superseding (benchmarks/parallel_nights.py)
@@ -148,10 +158,12 @@ def night_sequential(rule: SequentialRule, prior: str, budget: int,
     """One night of the real rule, driven the way agent's loop drives it."""
     rng, world, night = rngs[0], World(rngs[1], noise), Night()
     groups: dict[int, list[float]] = {}          # commit -> values, for the pooled noise sd
+    table: dict[int, dict[int, float]] = {}      # commit -> seed -> value: same-seed pairs
     pooled = {"ss": 0.0, "dof": 0}
 
     def measure(commit: int, level: float, seed: int) -> float:
         value = world.run(commit, level, seed)
+        table.setdefault(commit, {})[seed] = value
         values = groups.setdefault(commit, [])
         if values:                               # Welford update of the pooled sum of squares
             mean = sum(values) / len(values)
@@ -163,6 +175,8 @@ def night_sequential(rule: SequentialRule, prior: str, budget: int,
 
     level, incumbent = 0.0, 0
     reference = {s: measure(0, level, s) for s in rule.baseline_seeds()}
+    repeats = tuple((reference[s], world.run(0, level, s)) for s in rule.repeat_seeds())
+    night.runs += len(repeats)                   # the loop re-runs one baseline seed, once
     history: list[Decision] = []
     commit = 0
     while night.runs < budget:
@@ -172,7 +186,8 @@ def night_sequential(rule: SequentialRule, prior: str, budget: int,
         while night.runs < budget:
             sd = math.sqrt(pooled["ss"] / pooled["dof"]) if pooled["dof"] else None
             out = rule.next(Evidence("minimize", dict(candidate), dict(reference), sd,
-                                     pooled["dof"], tuple(history)))
+                                     pooled["dof"], tuple(history), runs=table,
+                                     repeats=repeats))
             if isinstance(out, Decision):
                 decision = out
                 break
@@ -257,6 +272,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed-share", type=float, help="override the fitted ρ")
     parser.add_argument("--workers", type=int, nargs="+",
                         help="compare nights on these worker counts instead (see above)")
+    parser.add_argument("--early-stop", action="store_true",
+                        help="compare early stopping on simulated curves instead (see above)")
+    parser.add_argument("--pairing", action="store_true",
+                        help="compare at same-seed correlations 0, 0.5, 0.9 instead (see above)")
     args = parser.parse_args(argv)
     noise, data = load_noise_model()
     if args.seed_share is not None or args.repeat_share is not None:
@@ -264,8 +283,23 @@ def main(argv: list[str] | None = None) -> int:
         tau = noise.repeat_share if args.repeat_share is None else args.repeat_share
         noise = NoiseModel(rho, min(tau, 1 - rho))
     started = time.time()
+    if args.early_stop:
+        from benchmarks.curve_table import compare_early_stop
+
+        with multiprocessing.Pool(args.jobs) if args.jobs > 1 else contextlib.nullcontext() as pool:
+            return compare_early_stop(args, noise, lambda f, cells: pool.map(f, cells, chunksize=1)
+                                      if pool else list(map(f, cells)), started)
     if args.workers:
+        from benchmarks.parallel_nights import compare_workers
+
         return compare_workers(args, noise, data, started)
+    if args.pairing:
+        from benchmarks.pairing_nights import compare_pairing
+
+        with multiprocessing.Pool(args.jobs) if args.jobs > 1 else contextlib.nullcontext() as pool:
+            return compare_pairing(args, noise.repeat_share, started,
+                                   lambda f, cells: pool.map(f, cells, chunksize=1) if pool
+                                   else list(map(f, cells)))
     print(f"noise model: σ = {data['sd']:.4g} {data['metric']} per run ({data['budget_s']} s "
           f"budget); same-seed correlation of two commits ρ = {noise.seed_share:.2f}; "
           f"re-run jitter share {noise.repeat_share:.2f}")
@@ -303,65 +337,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {name:27s} {s['null_per_100']:5.2f}   ({s['candidates']:.0f} candidates a night)")
     print()
     print_targets(summaries, names, ns_rules)
-    print(f"\n({time.time() - started:.0f} s)")
-    return 0
-
-
-def parallel_cell(cell: tuple) -> dict[str, float]:
-    """One (prior, rule, workers) cell of --workers: mean figures over its nights."""
-    from benchmarks.parallel_nights import nightshift, single_run
-
-    prior, name, workers, nights, runs, seed, noise = cell
-    results = []
-    for i in range(nights):
-        key = [seed, ("large", "small", "null").index(prior), i]
-        effects, streams = np.random.default_rng(key + [0]), np.random.default_rng(key + [1])
-        world, timing = World(streams, noise), np.random.default_rng(key + [2])
-        draw = lambda: draw_effect(prior, effects)  # noqa: E731
-        results.append(nightshift(SequentialRule(), workers, draw, world, timing, runs)
-                       if name == "nightshift" else single_run(workers, draw, world, timing, runs))
-    mean = lambda xs: float(np.mean(xs))  # noqa: E731
-    return {"progress": mean([r.progress for r in results]),
-            "per_hour": mean([r.progress / r.hours for r in results]),
-            "hours": mean([r.hours for r in results]),
-            "true": mean([r.keeps["true"] for r in results]),
-            "bad": mean([r.keeps["null"] + r.keeps["harmful"] for r in results]),
-            "harmful": mean([r.keeps["harmful"] for r in results]),
-            "candidates": mean([r.candidates for r in results]),
-            "superseded": mean([r.superseded for r in results]),
-            "runs": mean([r.runs for r in results]),
-            "null_per_100": 100 * sum(r.keeps["null"] for r in results)
-                            / max(sum(r.candidates for r in results), 1)}
-
-
-def compare_workers(args: argparse.Namespace, noise: NoiseModel, data: dict, started: float) -> int:
-    nights = args.nights if args.nights != 100 else 30
-    print(f"{nights} nights per cell of {args.runs} runs per worker ({args.runs * 75 / 3600:.1f} h "
-          f"of 75-s runs); σ = {data['sd']:.4g} {data['metric']}, ρ = {noise.seed_share:.2f}\n")
-    cells = [(prior, name, workers, nights if prior != "null" else max(nights // 2, 10),
-              args.runs, args.seed, noise)
-             for prior in ("large", "small", "null") for workers in args.workers
-             for name in ("nightshift", "single run")]
-    with multiprocessing.Pool(args.jobs) if args.jobs > 1 else contextlib.nullcontext() as pool:
-        done = pool.map(parallel_cell, cells, chunksize=1) if pool else map(parallel_cell, cells)
-    table = {(c[0], c[1], c[2]): s for c, s in zip(cells, done)}
-    for prior in ("large", "small"):
-        print(f"prior: {prior}")
-        print(f"{'workers':>7s} {'rule':12s} {'progress σ':>10s} {'σ/hour':>7s} {'vs 1 w':>7s} "
-              f"{'true':>5s} {'null+harm':>9s} {'harm':>5s} {'cands':>6s} {'supers.':>7s}")
-        for workers in args.workers:
-            for name in ("nightshift", "single run"):
-                s, one = table[prior, name, workers], table[prior, name, args.workers[0]]
-                speed = s["per_hour"] / one["per_hour"] if one["per_hour"] > 0 else float("nan")
-                print(f"{workers:7d} {name:12s} {s['progress']:10.2f} {s['per_hour']:7.2f} "
-                      f"{speed:6.1f}x {s['true']:5.1f} {s['bad']:9.1f} {s['harmful']:5.2f} "
-                      f"{s['candidates']:6.0f} {s['superseded']:7.1f}")
-        print()
-    print("false keeps per 100 no-effect candidates (nights where nothing works):")
-    for workers in args.workers:
-        row = "  ".join(f"{name} {table['null', name, workers]['null_per_100']:5.2f}"
-                        for name in ("nightshift", "single run"))
-        print(f"  {workers} workers: {row}   (bound for nightshift: {100 * SequentialRule().alpha:.0f})")
     print(f"\n({time.time() - started:.0f} s)")
     return 0
 

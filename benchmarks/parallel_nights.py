@@ -65,6 +65,9 @@ def nightshift(rule: SequentialRule, workers: int, draw, world, rng: np.random.G
     in_flight: dict[tuple[int, int], float] = {}          # (commit, seed) -> finish time
     events: list[tuple[float, int, int, float]] = []      # (time, commit, seed, level)
     groups: dict[int, list[float]] = {}
+    table: dict[int, dict[int, float]] = {}                # commit -> seed -> value (first)
+    repeats: list[tuple[float, float]] = []                # the night's same-seed repeat
+    repeat_wanted = list(rule.repeat_seeds())
     waiting_reapply: list[float] = []                      # gains of superseded diffs to re-try
     cancelled: set[int] = set()                            # superseded commits: runs stopped
     now = 0.0
@@ -86,7 +89,8 @@ def nightshift(rule: SequentialRule, workers: int, draw, world, rng: np.random.G
     def evidence(cand: Candidate) -> Evidence:
         sd, dof = noise()
         return Evidence("minimize", dict(cand.values), dict(reference), sd, dof, cand.history,
-                        looks=tuple(cand.looks), batch=max(1, workers // max(1, len(pending))))
+                        looks=tuple(cand.looks), batch=max(1, workers // max(1, len(pending))),
+                        runs=table, repeats=tuple(repeats))
 
     while True:
         # decide what can be decided (the baseline first)
@@ -137,6 +141,10 @@ def nightshift(rule: SequentialRule, workers: int, draw, world, rng: np.random.G
                     if s not in reference and (incumbent, s) not in in_flight:
                         wanted = (incumbent, s, level)
                         break
+            if wanted is None and repeat_wanted and repeat_wanted[0] in reference \
+                    and (incumbent, -1 - repeat_wanted[0]) not in in_flight:
+                seed = repeat_wanted.pop(0)      # the baseline's same-seed repeat, once
+                wanted = (incumbent, -1 - seed, level)
             if wanted is None:                   # a new candidate's screen
                 gain = waiting_reapply.pop(0) if waiting_reapply else draw()
                 commit += 1
@@ -152,8 +160,13 @@ def nightshift(rule: SequentialRule, workers: int, draw, world, rng: np.random.G
         if c in cancelled:
             continue
         in_flight.pop((c, seed), None)
-        value = world.run(c, lvl, seed)
         result.runs += 1
+        if seed < 0:                             # a repeat (seed −1 − s): jitter only
+            if c == incumbent and -1 - seed in reference:
+                repeats.append((reference[-1 - seed], world.run(c, lvl, -1 - seed)))
+            continue
+        value = world.run(c, lvl, seed)
+        table.setdefault(c, {}).setdefault(seed, value)
         groups.setdefault(c, []).append(value)
         if c == incumbent:
             reference.setdefault(seed, value)
@@ -193,3 +206,66 @@ def single_run(workers: int, draw, world, rng: np.random.Generator,
             launch(now)
     result.progress, result.hours = -level, now * RUN_S / 3600
     return result
+
+
+def parallel_cell(cell: tuple) -> dict[str, float]:
+    """One (prior, rule, workers) cell of --workers: mean figures over its nights."""
+    from benchmarks.decisions import World, draw_effect
+
+    prior, name, workers, nights, runs, seed, noise = cell
+    results = []
+    for i in range(nights):
+        key = [seed, ("large", "small", "null").index(prior), i]
+        effects, streams = np.random.default_rng(key + [0]), np.random.default_rng(key + [1])
+        world, timing = World(streams, noise), np.random.default_rng(key + [2])
+        draw = lambda: draw_effect(prior, effects)  # noqa: E731
+        results.append(nightshift(SequentialRule(), workers, draw, world, timing, runs)
+                       if name == "nightshift" else single_run(workers, draw, world, timing, runs))
+    mean = lambda xs: float(np.mean(xs))  # noqa: E731
+    return {"progress": mean([r.progress for r in results]),
+            "per_hour": mean([r.progress / r.hours for r in results]),
+            "hours": mean([r.hours for r in results]),
+            "true": mean([r.keeps["true"] for r in results]),
+            "bad": mean([r.keeps["null"] + r.keeps["harmful"] for r in results]),
+            "harmful": mean([r.keeps["harmful"] for r in results]),
+            "candidates": mean([r.candidates for r in results]),
+            "superseded": mean([r.superseded for r in results]),
+            "runs": mean([r.runs for r in results]),
+            "null_per_100": 100 * sum(r.keeps["null"] for r in results)
+                            / max(sum(r.candidates for r in results), 1)}
+
+
+def compare_workers(args, noise, data: dict, started: float) -> int:
+    import contextlib
+    import multiprocessing
+    import time
+
+    nights = args.nights if args.nights != 100 else 30
+    print(f"{nights} nights per cell of {args.runs} runs per worker ({args.runs * 75 / 3600:.1f} h "
+          f"of 75-s runs); σ = {data['sd']:.4g} {data['metric']}, ρ = {noise.seed_share:.2f}\n")
+    cells = [(prior, name, workers, nights if prior != "null" else max(nights // 2, 10),
+              args.runs, args.seed, noise)
+             for prior in ("large", "small", "null") for workers in args.workers
+             for name in ("nightshift", "single run")]
+    with multiprocessing.Pool(args.jobs) if args.jobs > 1 else contextlib.nullcontext() as pool:
+        done = pool.map(parallel_cell, cells, chunksize=1) if pool else map(parallel_cell, cells)
+    table = {(c[0], c[1], c[2]): s for c, s in zip(cells, done)}
+    for prior in ("large", "small"):
+        print(f"prior: {prior}")
+        print(f"{'workers':>7s} {'rule':12s} {'progress σ':>10s} {'σ/hour':>7s} {'vs 1 w':>7s} "
+              f"{'true':>5s} {'null+harm':>9s} {'harm':>5s} {'cands':>6s} {'supers.':>7s}")
+        for workers in args.workers:
+            for name in ("nightshift", "single run"):
+                s, one = table[prior, name, workers], table[prior, name, args.workers[0]]
+                speed = s["per_hour"] / one["per_hour"] if one["per_hour"] > 0 else float("nan")
+                print(f"{workers:7d} {name:12s} {s['progress']:10.2f} {s['per_hour']:7.2f} "
+                      f"{speed:6.1f}x {s['true']:5.1f} {s['bad']:9.1f} {s['harmful']:5.2f} "
+                      f"{s['candidates']:6.0f} {s['superseded']:7.1f}")
+        print()
+    print("false keeps per 100 no-effect candidates (nights where nothing works):")
+    for workers in args.workers:
+        row = "  ".join(f"{name} {table['null', name, workers]['null_per_100']:5.2f}"
+                        for name in ("nightshift", "single run"))
+        print(f"  {workers} workers: {row}   (bound for nightshift: {100 * SequentialRule().alpha:.0f})")
+    print(f"\n({time.time() - started:.0f} s)")
+    return 0

@@ -145,7 +145,7 @@ def test_to_dict_is_json_safe_and_the_program_is_frozen():
     program = parse_program("---\nclaude: {max_usd: 2}\n---\nx", "program.md")
     data = json.loads(json.dumps(program.to_dict()))
     assert data["budget_s"] == 60.0 and data["protected"] == ["train/prepare.py", "train/evaluate.py"]
-    assert data["seeds"] == {"baseline": 6, "screen": 1, "max": 8}
+    assert data["seeds"] == {"baseline": 6, "screen": 1, "max": 8, "repeat": 1}
     assert data["limits"]["memory_mb"] == 8192 and data["claude"]["max_usd"] == 2
     assert data["path"].endswith("program.md")
     with pytest.raises(dataclasses.FrozenInstanceError):

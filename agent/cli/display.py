@@ -103,6 +103,9 @@ class RichObserver:
             evidence = (f" effect {event.effect:+.4f} [{lo:+.4f}, {hi:+.4f}]"
                         + (f" p={p:.3g}" if p is not None else "")
                         + f" on {len(event.seeds)} seeds")
+            comparison = event.decision.comparison if event.decision else None
+            if comparison is not None:
+                evidence += f", {comparison.describe(event.effect)}"
         self.console.print(f"[{colour}]{event.id} {event.verdict.value.upper()}[/{colour}]{evidence}"
                            f" — {event.reason[:100]}")
 
@@ -144,6 +147,32 @@ def incumbent_line(state: LoopState, metric: str) -> str | None:
     return line
 
 
+def same_seed_line(state: LoopState, sd: float, dof: int) -> str | None:
+    """How much two commits on one seed share, pooled over the night, and the baseline's
+    same-seed repeat: what the keep rule credits to pairing (agent/decide/pairing.py)."""
+    from agent.decide.noise import NoiseEstimate
+    from agent.decide.pairing import repeat_spread, unshared_spread
+
+    unshared, pair_dof = unshared_spread(state.same_seed_runs())
+    repeat_sd, repeat_dof = repeat_spread(state.repeat_pairs())
+    parts = []
+    if unshared is not None:
+        noise = NoiseEstimate(sd, dof, unshared * 2 ** 0.5, pair_dof, repeat_sd, repeat_dof)
+        parts.append(f"two commits on one seed share {noise.seed_share:.0%} of a run's spread "
+                     f"(credited, an 80% bound; pair sd {unshared * 2 ** 0.5:.4f}, {pair_dof} dof)")
+    for repeat in state.repeats[:1]:
+        again = f"{repeat.again:.4f}" if repeat.again is not None else "failed"
+        parts.append(f"seed {repeat.seed} run twice: {repeat.first:.4f} then {again}")
+    return "same seed: " + "; ".join(parts) if parts else None
+
+
+def _measured_against(decided: DecisionMade | None) -> str:
+    comparison = decided.decision.comparison if decided and decided.decision else None
+    if comparison is None:
+        return "-"
+    return "pairs" if comparison.paired else "mean"
+
+
 def print_status(console: Console, folder: Path, metric: str, state: LoopState | None = None) -> None:
     """Experiments, keeps, baseline and incumbent with their spread, noise, predictions,
     cost and the runs in flight (interrupted, when no loop holds the tag), then the last
@@ -172,6 +201,9 @@ def print_status(console: Console, folder: Path, metric: str, state: LoopState |
         console.print(f"  {incumbent}")
     if sd is not None:
         console.print(f"  seed noise: sd {sd:.4f} ({dof} degrees of freedom, pooled over commits)")
+        line = same_seed_line(state, sd, dof)
+        if line:
+            console.print(f"  {line}")
     use = utilisation(state)
     if use.share is not None:
         console.print(f"  workers: {use.workers}, busy {use.share:.0%} of worker time "
@@ -211,7 +243,7 @@ def print_status(console: Console, folder: Path, metric: str, state: LoopState |
     if state.stopped_reason:
         console.print(f"  last stop: {state.stopped_reason}")
     table = Table(show_edge=False, pad_edge=False)
-    for column in ("id", "commit", "verdict", "effect", "p", "seeds", "prediction", "description"):
+    for column in ("id", "commit", "verdict", "effect", "vs", "p", "seeds", "prediction", "description"):
         table.add_column(column)
     for experiment in list(state.experiments.values())[-15:]:
         decided, score = experiment.decision, experiment.score
@@ -220,6 +252,7 @@ def print_status(console: Console, folder: Path, metric: str, state: LoopState |
         held = "" if score is None else ("held" if score.covered else "missed")
         table.add_row(experiment.id, (experiment.commit or "-")[:8], str(experiment.verdict or "running"),
                       f"{effect:+.4f}" if effect is not None else "-",
+                      _measured_against(decided),
                       f"{p:.3g}" if p is not None else "-",
                       str(len(decided.seeds) if decided else 0), held, experiment.description[:50])
     if state.experiments:

@@ -17,6 +17,7 @@ import math
 import statistics
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from typing import Hashable, Mapping
 
 from agent.record.events import Decision, Verdict
 
@@ -32,6 +33,10 @@ class Evidence:
     looks: tuple[int, ...] | None = None  # seed counts of this candidate's earlier looks
                                           # (None: not recorded, a serial night looked at each)
     batch: int = 1                        # how many seeds the next look may add (free workers)
+    runs: Mapping[Hashable, Mapping[int, float]] = field(default_factory=dict)
+                                          # every commit's OK runs of the night, seed -> metric
+                                          # (the first per seed): the pooled same-seed spread
+    repeats: tuple[tuple[float, float], ...] = ()   # a (commit, seed) run twice: both values
 
     def improvement(self, candidate_value: float, reference_value: float) -> float:
         """Signed improvement, positive = better, in metric units."""
@@ -57,6 +62,7 @@ class SeedPlan:
     baseline: int = 6   # fresh seeds each new incumbent is measured on (its reference)
     screen: int = 1     # seeds a candidate runs before the rule first looks
     max: int = 8        # most seeds a candidate may get before the rule must decide
+    repeat: int = 1     # baseline seeds run a second time, once a night (same-seed repeatability)
 
 
 @dataclass(frozen=True)
@@ -93,6 +99,13 @@ class DecisionRule(ABC):
     @abstractmethod
     def baseline_seeds(self) -> tuple[int, ...]:
         ...
+
+    def repeat_seeds(self) -> tuple[int, ...]:
+        """Baseline seeds the loop runs a second time, once a night, on the incumbent of the
+        moment: the run-to-run jitter of one (commit, seed), as reference-role runs (the
+        ledger keeps the first value of a seed as the reference, the second as a repeat).
+        None by default."""
+        return ()
 
 
 def pooled_sd(groups: list[list[float]]) -> tuple[float | None, int]:

@@ -20,6 +20,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from scipy import special, stats
 
+from agent.decide import pairing
 from agent.decide.decision import Evidence, pooled_sd
 from agent.record.events import Decision
 
@@ -32,6 +33,8 @@ class NoiseEstimate:
     dof: int
     pair_sd: float | None     # sd of (commit A − commit B) on the same seed, one run each
     pair_dof: int
+    repeat_sd: float | None = None   # sd of one (commit, seed) run again: the jitter alone
+    repeat_dof: int = 0
 
     @property
     def seed_share(self) -> float:
@@ -39,7 +42,7 @@ class NoiseEstimate:
 
         A conservative (80% lower-bound) estimate; 0 when unknown (no credit for pairing is the conservative choice), clipped to
         [0, 0.95] so that a lucky small estimate of `pair_sd` cannot claim near-perfect
-        pairing.
+        pairing, and never above `share_cap` (what a re-run of one seed allows).
         """
         if not self.sd or self.pair_sd is None or self.pair_dof < MIN_PAIR_DOF:
             return 0.0
@@ -47,7 +50,18 @@ class NoiseEstimate:
         # does not buy the candidate a tighter interval than the data support.
         upper = self.pair_sd ** 2 * self.pair_dof / special.chdtri(self.pair_dof, 0.8)
         share = 1.0 - upper / (2.0 * self.sd ** 2)
-        return min(max(share, 0.0), 0.95)
+        return min(max(share, 0.0), 0.95, self.share_cap)
+
+    @property
+    def share_cap(self) -> float:
+        """The most two commits can share on a seed, by the re-runs of one (commit, seed): no
+        more than a commit shares with itself. 1 without a re-run. Taken at an 80% lower bound
+        on the jitter, so a re-run that happened to agree closely does not cap it too low.
+        An upper bound only: agent/decide/pairing.py says why it never credits pairing."""
+        if not self.sd or self.repeat_sd is None or self.repeat_dof < 1:
+            return 1.0
+        jitter = self.repeat_sd ** 2 * self.repeat_dof / special.chdtri(self.repeat_dof, 0.2)
+        return min(max(1.0 - jitter / self.sd ** 2, 0.0), 1.0)
 
 
 # Below this many degrees of freedom the paired spread is too uncertain to lean on.
@@ -100,17 +114,25 @@ def estimate(evidence: Evidence) -> NoiseEstimate:
 
     `sd` is the loop's pooled estimate when it has one (it sees every commit of the night);
     otherwise the current candidate's and incumbent's own spreads. `pair_sd` pools the
-    same-seed differences of every earlier decision in `evidence.history` and the current one.
+    same-seed differences of the whole night: every commit on every seed (`evidence.runs`,
+    agent.decide.pairing) when the loop gives them, else the earlier decisions in
+    `evidence.history` and the current one. `repeat_sd` is the jitter of re-run seeds.
     """
     if evidence.noise_sd is not None and evidence.noise_dof > 0:
         sd, dof = evidence.noise_sd, evidence.noise_dof
     else:
         sd, dof = pooled_noise({"candidate": evidence.candidate, "reference": evidence.reference})
-    groups = history_differences(evidence.history)
-    current = [evidence.reference[s] - v for s, v in evidence.candidate.items()
-               if s in evidence.reference]
-    pair_sd, pair_dof = pooled_sd(groups + [current])
-    return NoiseEstimate(sd=sd, dof=dof, pair_sd=pair_sd, pair_dof=pair_dof)
+    if evidence.runs:
+        unshared, pair_dof = pairing.unshared_spread(evidence.runs)
+        pair_sd = None if unshared is None else unshared * math.sqrt(2.0)
+    else:
+        groups = history_differences(evidence.history)
+        current = [evidence.reference[s] - v for s, v in evidence.candidate.items()
+                   if s in evidence.reference]
+        pair_sd, pair_dof = pooled_sd(groups + [current])
+    repeat_sd, repeat_dof = pairing.repeat_spread(evidence.repeats)
+    return NoiseEstimate(sd=sd, dof=dof, pair_sd=pair_sd, pair_dof=pair_dof,
+                         repeat_sd=repeat_sd, repeat_dof=repeat_dof)
 
 
 def suggest_settings(values_per_commit: Mapping[Any, Values], alpha: float = 0.05,

@@ -18,7 +18,8 @@ def make_rule(name: str, settings: RuleSettings) -> DecisionRule:
 
         return SequentialRule(alpha=settings.alpha, min_effect=settings.min_effect,
                               baseline=settings.seeds.baseline, screen=settings.seeds.screen,
-                              max_seeds=settings.seeds.max, fdr=settings.fdr)
+                              max_seeds=settings.seeds.max, fdr=settings.fdr,
+                              repeat=settings.seeds.repeat)
     if name == "noise_band":
         return NoiseBandRule(seeds=settings.seeds.max, baseline=settings.seeds.baseline)
     raise ValueError(f"unknown decision rule {name!r}; choose one of {', '.join(RULES)}")

@@ -25,10 +25,11 @@ from the night's paired differences (agent.decide.noise). A rule is a pure funct
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 from scipy import optimize, special, stats
@@ -36,7 +37,7 @@ from scipy import optimize, special, stats
 from agent.decide import fdr as fdr_module
 from agent.decide import noise as noise_module
 from agent.decide.decision import DecisionRule, Evidence, RuleSettings, RunMore, SeedPlan
-from agent.record.events import Decision, Verdict
+from agent.record.events import Comparison, Decision, Verdict
 
 SEED_BLOCK = 1000      # pairing seeds of incumbent e live in [1000(e+1), 1000(e+2))
 _NO_BOUND = 12.0       # a z-boundary that is never crossed
@@ -164,6 +165,7 @@ class SequentialRule(DecisionRule):
     def __init__(self, alpha: float = RuleSettings.alpha, min_effect: float = RuleSettings.min_effect,
                  baseline: int = SeedPlan.baseline, screen: int = SeedPlan.screen,
                  max_seeds: int = SeedPlan.max, fdr: str = RuleSettings.fdr,
+                 repeat: int = SeedPlan.repeat,
                  futility: tuple[float, float] = (0.75, 1.0), spend_power: float = 1.5,
                  refresh: int = 8, pool: int = 6, min_keep_seeds: int = 2,
                  lord_horizon: int = 100) -> None:
@@ -179,10 +181,13 @@ class SequentialRule(DecisionRule):
             raise ValueError(f"program.md: seeds.max must be >= {min_keep_seeds}, got {max_seeds}")
         if fdr not in fdr_module.METHODS:
             raise ValueError(f"program.md: fdr must be one of {', '.join(fdr_module.METHODS)}, got {fdr!r}")
+        if not 0 <= repeat <= baseline:
+            raise ValueError(f"program.md: seeds.repeat must be in [0, seeds.baseline], got {repeat}")
         if min_effect < 0:
             raise ValueError(f"program.md: min_effect must be >= 0, got {min_effect}")
         self.alpha, self.min_effect, self.fdr = alpha, min_effect, fdr
         self.baseline, self.screen, self.max_seeds = baseline, screen, max_seeds
+        self.repeat = repeat
         self.futility, self.spend_power = futility, spend_power
         self.refresh, self.pool, self.min_keep_seeds = refresh, pool, min_keep_seeds
         self.lord_horizon = lord_horizon
@@ -190,6 +195,12 @@ class SequentialRule(DecisionRule):
     # ---- seeds and the night ---------------------------------------------------------
     def baseline_seeds(self) -> tuple[int, ...]:
         return tuple(range(self.baseline))
+
+    def repeat_seeds(self) -> tuple[int, ...]:
+        """The first `repeat` calibration seeds, run twice once a night: a re-run that agrees
+        no better than two seeds do shows that seeds cannot share much, so pairing stops
+        paying for its runs (agent/decide/pairing.py)."""
+        return self.baseline_seeds()[:self.repeat]
 
     def night(self, history: tuple[Decision, ...]) -> _Night:
         keeps = [i for i, d in enumerate(history) if d.verdict == Verdict.KEEP]
@@ -230,6 +241,11 @@ class SequentialRule(DecisionRule):
         return efficacy_boundaries(rounded, tuple(float(n) for n in looks), futility,
                                    first, self.spend_power, float(self.max_seeds))
 
+    def seed_share(self, estimate: noise_module.NoiseEstimate) -> float:
+        """The share of a run's luck credited to its seed (the conservative estimate; a
+        subclass may know better, as benchmarks/pairing_nights.py's ceiling does)."""
+        return estimate.seed_share
+
     # ---- the decision ----------------------------------------------------------------
     def next(self, evidence: Evidence) -> RunMore | Decision:
         night = self.night(evidence.history)
@@ -238,59 +254,72 @@ class SequentialRule(DecisionRule):
         have = 0
         while have < len(plan) and plan[have] in evidence.candidate:
             have += 1
+        candidate = {s: evidence.candidate[s] for s in plan[:have]}
+        # The noise estimate of this look, computed once and only when needed: over the
+        # candidate's planned seeds and the incumbent's fresh runs (never its selection runs).
+        noise = functools.cache(lambda: noise_module.estimate(dataclasses.replace(
+            evidence, candidate=candidate, reference=reference)))
         if have < self.screen:
             seeds = plan[:self.screen]
             return RunMore(candidate_seeds=tuple(s for s in seeds if s not in evidence.candidate),
-                           reference_seeds=self._pair(seeds, reference, evidence, night),
+                           reference_seeds=self._pair(seeds, reference, night, noise),
                            reason="screen")
-        missing = self._pair(plan[:have], reference, evidence, night)
+        missing = self._pair(plan[:have], reference, night, noise)
         if missing:
             return RunMore(reference_seeds=missing, reason="paired reference")
-        return self._look(evidence, night, plan[:have], reference)
+        return self._look(evidence, night, candidate, reference, noise)
 
-    def _pair(self, seeds: tuple[int, ...], reference: dict[int, float], evidence: Evidence,
-              night: _Night) -> tuple[int, ...]:
+    def _pair(self, seeds: tuple[int, ...], reference: dict[int, float], night: _Night,
+              noise: Callable[[], noise_module.NoiseEstimate]) -> tuple[int, ...]:
         """Incumbent runs to add on these candidate seeds (paired), by the pairing policy."""
         missing = [s for s in seeds if s not in reference]
         if not missing:
             return ()
         if len(reference) < self.pool or night.reign % self.refresh == 0:
             return tuple(missing)
-        noise = noise_module.estimate(evidence)
-        if noise.pair_dof < 2 * noise_module.MIN_PAIR_DOF or noise.seed_share > 0.1:
+        estimate = noise()
+        if estimate.share_cap <= 0.1:
+            return ()   # a re-run of one seed shows seeds cannot share enough to pay for pairs
+        if estimate.pair_dof < 2 * noise_module.MIN_PAIR_DOF or self.seed_share(estimate) > 0.1:
             return tuple(missing)   # pairing helps, or the night cannot tell yet
         return ()
 
-    def _look(self, evidence: Evidence, night: _Night, seeds: tuple[int, ...],
-              reference: dict[int, float]) -> RunMore | Decision:
-        candidate = {s: evidence.candidate[s] for s in seeds}
-        noise = noise_module.estimate(Evidence(
-            direction=evidence.direction, candidate=candidate, reference=reference,
-            noise_sd=evidence.noise_sd, noise_dof=evidence.noise_dof, history=evidence.history))
-        share = noise.seed_share
+    def _look(self, evidence: Evidence, night: _Night, candidate: dict[int, float],
+              reference: dict[int, float],
+              noise: Callable[[], noise_module.NoiseEstimate]) -> RunMore | Decision:
+        seeds = tuple(candidate)
+        estimate = noise()
+        share = self.seed_share(estimate)
         ref_level, cand_level, diff, sd_diff = gls_difference(candidate, reference, share)
         effect = diff if evidence.direction == "minimize" else -diff
-        dof = min(noise.dof, noise.pair_dof) if share > 0 else noise.dof
+        dof = min(estimate.dof, estimate.pair_dof) if share > 0 else estimate.dof
         looks = self.looks_taken(evidence.looks, len(seeds))
         k = len(looks) - 1
         bounds = self.boundaries(night.level, looks)
         futility = self.futility[0] if k == 0 else self.futility[1]
+        pairs = [evidence.improvement(candidate[s], reference[s]) for s in seeds if s in reference]
+        comparison = Comparison(paired_seeds=len(pairs),
+                                paired_effect=sum(pairs) / len(pairs) if pairs else None,
+                                incumbent_runs=len(reference), seed_share=share)
         details: dict[str, Any] = {
             "look": k + 1, "looks_at": list(looks), "level": night.level, "reign": night.keeps,
-            "noise_sd": noise.sd, "noise_dof": noise.dof, "pair_sd": noise.pair_sd,
-            "pair_dof": noise.pair_dof, "seed_share": share, "incumbent_runs": len(reference),
+            "noise_sd": estimate.sd, "noise_dof": estimate.dof, "pair_sd": estimate.pair_sd,
+            "pair_dof": estimate.pair_dof, "repeat_sd": estimate.repeat_sd,
+            "repeat_dof": estimate.repeat_dof, "seed_share": share,
+            "share_cap": estimate.share_cap, "incumbent_runs": len(reference),
             "incumbent_estimate": ref_level, "candidate_estimate": cand_level,
         }
+        decide = functools.partial(self._decide, comparison=comparison)
         last = len(seeds) >= self.max_seeds
-        if not noise.sd or dof < 1:
+        if not estimate.sd or dof < 1:
             if not last:
-                return self._more(evidence, night, reference, "no noise estimate yet")
+                return self._more(evidence, night, reference, noise, "no noise estimate yet")
             why = ("no noise estimate: every commit measured on two or more seeds gave identical "
                    "values on all of them, so the seed changes nothing (see `nightshift check`)"
-                   if noise.sd == 0 else "no noise estimate: no commit was measured on two seeds")
-            return self._decide(Verdict.INCONCLUSIVE, effect, None, None, candidate, reference,
-                                why, details)
-        se = noise.sd * sd_diff
+                   if estimate.sd == 0 else "no noise estimate: no commit was measured on two seeds")
+            return decide(Verdict.INCONCLUSIVE, effect, None, None, candidate, reference,
+                          why, details)
+        se = estimate.sd * sd_diff
         t_stat = effect / se if se > 0 else math.copysign(math.inf, effect or 1.0)
         p_value = float(special.stdtr(dof, -t_stat))              # one-sided, nominal
         half = float(special.stdtrit(dof, 1 - self.alpha / 2)) * se
@@ -302,33 +331,35 @@ class SequentialRule(DecisionRule):
         where = f"look {k + 1} ({len(seeds)} of up to {self.max_seeds} seeds)"
         if p_value <= keep_p:
             if effect >= self.min_effect:
-                return self._decide(Verdict.KEEP, *args, f"p={p_value:.2g} <= {keep_p:.2g} at "
-                                    f"{where}", details)
-            return self._decide(Verdict.DISCARD, *args, f"significant at {where} but effect "
-                                f"{effect:.4g} < min_effect {self.min_effect:g}", details)
+                return decide(Verdict.KEEP, *args, f"p={p_value:.2g} <= {keep_p:.2g} at "
+                              f"{where}", details)
+            return decide(Verdict.DISCARD, *args, f"significant at {where} but effect "
+                          f"{effect:.4g} < min_effect {self.min_effect:g}", details)
         if p_value >= stop_p:
-            return self._decide(Verdict.DISCARD, *args, f"futility: p={p_value:.2g} >= "
-                                f"{stop_p:.2g} at {where}", details)
+            return decide(Verdict.DISCARD, *args, f"futility: p={p_value:.2g} >= "
+                          f"{stop_p:.2g} at {where}", details)
         if last:
-            return self._decide(Verdict.INCONCLUSIVE, *args, f"p={p_value:.2g} at {where}: "
-                                f"not below {keep_p:.2g}", details)
-        return self._more(evidence, night, reference, f"promising: p={p_value:.2g} at {where}",
-                          look=len(seeds))
+            return decide(Verdict.INCONCLUSIVE, *args, f"p={p_value:.2g} at {where}: "
+                          f"not below {keep_p:.2g}", details)
+        return self._more(evidence, night, reference, noise,
+                          f"promising: p={p_value:.2g} at {where}", look=len(seeds))
 
     def _more(self, evidence: Evidence, night: _Night, reference: dict[int, float],
-              reason: str, look: int | None = None) -> RunMore:
+              noise: Callable[[], noise_module.NoiseEstimate], reason: str,
+              look: int | None = None) -> RunMore:
         """The next planned candidate seeds (a batch of up to `evidence.batch`), with the
         incumbent on them where the policy pairs it."""
         seeds = tuple(s for s in self.seed_plan(night) if s not in evidence.candidate)
         seeds = seeds[:max(1, evidence.batch)]
         return RunMore(candidate_seeds=seeds,
-                       reference_seeds=self._pair(seeds, reference, evidence, night),
+                       reference_seeds=self._pair(seeds, reference, night, noise),
                        reason=reason, look=look)
 
     def _decide(self, verdict: Verdict, effect: float, interval: tuple[float, float] | None,
                 p_value: float | None, candidate: dict[int, float],
-                reference: dict[int, float], reason: str, details: dict[str, Any]) -> Decision:
+                reference: dict[int, float], reason: str, details: dict[str, Any],
+                comparison: Comparison | None = None) -> Decision:
         return Decision(verdict=verdict, effect=effect, interval=interval, p_value=p_value,
                         seeds=tuple(candidate), candidate_values=dict(candidate),
                         reference_values=dict(reference), rule=self.name, reason=reason,
-                        details=details)
+                        details=details, comparison=comparison)

@@ -400,6 +400,7 @@ class ResearchLoop:
             candidate=state.ok_values(experiment.commit, Role.CANDIDATE),
             reference=state.reference(experiment.parent),
             noise_sd=sd, noise_dof=dof, history=state.history(experiment),
+            runs=state.same_seed_runs(), repeats=state.repeat_pairs(),
             looks=tuple(experiment.looks) if experiment.looks_recorded else None,
             batch=max(1, len(self.workers.slots) // pending),
         )
@@ -487,7 +488,7 @@ class ResearchLoop:
     def _wanted(self, reference_only: bool) -> Iterator[RunRequest]:
         in_flight = {(r.commit, r.seed, r.role) for _, r, _ in self._running.values()}
         return runs_wanted(self.state, self._asked, self.rule.baseline_seeds(), in_flight,
-                           reference_only)
+                           reference_only, self.rule.repeat_seeds())
 
     def _launch(self, request: RunRequest, slot: Slot) -> None:
         job = self.executor.prepare(request.commit, request.seed, request.role, request.experiment,

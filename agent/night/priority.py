@@ -1,6 +1,7 @@
 """Which run a free worker gets next, most useful first: the seeds the keep rule asked for on
 pending candidates (with their paired incumbent runs), then the incumbent's fresh reference
-seeds. A new candidate's screen comes only when nothing here is wanted (the loop's `_fill`)."""
+seeds, then, once a night, a baseline seed again (same-seed repeatability). A new
+candidate's screen comes only when nothing here is wanted (the loop's `_fill`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -21,9 +22,13 @@ class RunRequest:
 
 
 def runs_wanted(state: LoopState, asked: dict[str, RunMore], baseline_seeds: Iterable[int],
-                in_flight: set[tuple[str, int, Role]], reference_only: bool) -> Iterator[RunRequest]:
+                in_flight: set[tuple[str, int, Role]], reference_only: bool,
+                repeat_seeds: Iterable[int] = ()) -> Iterator[RunRequest]:
     """The runs not yet measured nor in flight; `reference_only` when no candidate may start
-    (the night is ending: only the incumbent's fresh seeds are still worth running)."""
+    (the night is ending: only the incumbent's fresh seeds are still worth running).
+    `repeat_seeds` (the rule's) are run a second time once a night, on the incumbent of the
+    moment, after their first run landed; a repeat tried once (even one that failed) is not
+    asked for again, so a resumed night never doubles it."""
     if not reference_only:
         for experiment in state.pending_experiments():
             wanted = asked.get(experiment.id)
@@ -42,3 +47,8 @@ def runs_wanted(state: LoopState, asked: dict[str, RunMore], baseline_seeds: Ite
     for seed in baseline_seeds:
         if seed not in reference and (state.incumbent, seed, Role.REFERENCE) not in in_flight:
             yield RunRequest(state.incumbent, seed, Role.REFERENCE, None, "incumbent reference")
+    if reference_only or state.repeats:
+        return
+    for seed in repeat_seeds:
+        if seed in reference and (state.incumbent, seed, Role.REFERENCE) not in in_flight:
+            yield RunRequest(state.incumbent, seed, Role.REFERENCE, None, "same-seed repeat")

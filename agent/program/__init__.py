@@ -25,6 +25,7 @@ from typing import Any, Callable
 
 from agent.decide import fdr, rules
 from agent.decide.decision import RuleSettings, SeedPlan
+from agent.decide.early_stop import EarlyStopSettings
 from agent.program import values as v
 from agent.program.frontmatter import ProgramError, compose, decode, line_of, split
 from agent.program.values import MAX_SEEDS, Parser, parse_duration, parse_memory  # noqa: F401 (public)
@@ -80,6 +81,7 @@ class Program:
     min_effect: float = RuleSettings.min_effect   # smallest improvement worth keeping, metric units
     decision: str = rules.RULES[0]
     fdr: str = RuleSettings.fdr
+    early_stop: EarlyStopSettings = field(default_factory=EarlyStopSettings)
     full_scale: FullScale = field(default_factory=FullScale)
     sandbox: str = "auto"
     researcher: str = "auto"
@@ -191,7 +193,13 @@ def _seed_check(plan: SeedPlan) -> None:
 _RECORDS: dict[str, dict[str, tuple[str, Parser]]] = {
     "seeds": {"baseline": ("baseline", v.seed_count(2, "two runs are the least that measure spread")),
               "screen": ("screen", v.seed_count(1, "a candidate runs once before the first look")),
-              "max": ("max", v.seed_count(2, "a keep needs two paired seeds"))},
+              "max": ("max", v.seed_count(2, "a keep needs two paired seeds")),
+              "repeat": ("repeat", v.check(v.whole, lambda n: 0 <= n <= 1,
+                                           "0 or 1 (one baseline seed run twice, once a night)"))},
+    "early_stop": {"mode": ("mode", v.on_off("auto", "off")),
+                   "checkpoints": ("checkpoints", v.budget_fractions),
+                   "confidence": ("confidence", v.check(v.number, lambda c: 0.5 < c < 1,
+                                                        "a number in (0.5, 1), like 0.99"))},
     "full_scale": {"budget": ("budget_s", v.budget),
                    "seeds": ("seeds", v.seed_count(1, "a replay runs each commit once at least"))},
     "limits": {"memory": ("memory_mb", parse_memory), "pids": ("pids", v.count),
@@ -208,6 +216,7 @@ _RECORDS: dict[str, dict[str, tuple[str, Parser]]] = {
     "openai": _table(llm.OPENAI_FIELDS),
 }
 _seed_plan = v.record(SeedPlan, _RECORDS["seeds"], _seed_check)
+_early_stop = v.record(EarlyStopSettings, _RECORDS["early_stop"])
 
 EDITS = ("auto", "free", "knobs")
 BUNDLED_COMMAND, BUNDLED_EVALUATE = "python train/train.py", "python train/evaluate.py"
@@ -239,6 +248,8 @@ _FIELDS: dict[str, tuple[str, Parser]] = {
     "min_effect": ("min_effect", v.check(v.number, lambda x: x >= 0, "a number >= 0")),
     "decision": ("decision", v.choice(*rules.RULES)),
     "fdr": ("fdr", v.choice(*fdr.METHODS)),
+    "early_stop": ("early_stop", lambda v: _early_stop(v if isinstance(v, dict) or v is None
+                                                       else {"mode": v})),
     "full_scale": ("full_scale", v.record(FullScale, _RECORDS["full_scale"])),
     "sandbox": ("sandbox", v.choice(*BACKENDS)),
     "researcher": ("researcher", v.choice(*RESEARCHER_NAMES)),

@@ -305,6 +305,33 @@ def boolean(value: Any) -> bool:
     raise Invalid(f"expected true or false, got {value!r}")
 
 
+def on_off(on: str, off: str) -> Parser:
+    """One of two words, YAML's booleans included (`off` and `no` arrive as False)."""
+    def parse(value: Any) -> str:
+        if isinstance(value, bool):
+            return on if value else off
+        text = str(value).strip().lower()
+        if text in (on, off):
+            return text
+        raise Invalid(f"expected {on} or {off}, got {value!r}")
+    return parse
+
+
+def budget_fractions(value: Any) -> tuple[float, ...]:
+    """Increasing shares of a run's budget, each in (0, 1): `[0.25, 0.5, 0.75]`."""
+    items = value if isinstance(value, (list, tuple)) else None
+    example = "increasing shares of the budget in (0, 1), like [0.25, 0.5, 0.75]"
+    if not items:
+        raise Invalid(f"expected {example}, got {value!r}")
+    try:
+        shares = tuple(number(item) for item in items)
+    except Invalid:
+        raise Invalid(f"expected {example}, got {value!r}") from None
+    if not all(0 < share < 1 for share in shares) or list(shares) != sorted(set(shares)):
+        raise Invalid(f"expected {example}, got {value!r}")
+    return shares
+
+
 def workers(value: Any) -> int | None:
     if value is None or (isinstance(value, str) and value.strip().lower() == "auto"):
         return None

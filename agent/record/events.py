@@ -38,13 +38,13 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping
 
 from agent.record.codec import decode, encode
-from agent.record.records import (Decision, ExitCode, Prediction, PredictedDirection, Probe, Role,
-                                  Score, Usage, Verdict)
+from agent.record.records import (Comparison, Decision, ExitCode, Prediction, PredictedDirection,
+                                  Probe, Role, Score, Usage, Verdict)
 from sandbox import Status
 
 __all__ = [  # the records events carry are importable from here too: one place to look
-    "Decision", "ExitCode", "Prediction", "PredictedDirection", "Probe", "Role", "Score", "Usage",
-    "Verdict",
+    "Comparison", "Decision", "ExitCode", "Prediction", "PredictedDirection", "Probe", "Role", "Score",
+    "Usage", "Verdict",
     "Event", "LoopFacts", "LoopStarted", "LoopResumed", "LoopStopped", "HypothesisQueued",
     "ExperimentFacts", "ExperimentProposed", "ExperimentInvalid", "ProposalRebased", "RunIdentity",
     "RunStarted", "RunQueued", "RunBegan", "RunFinished", "LookTaken", "DecisionMade",

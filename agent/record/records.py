@@ -133,6 +133,45 @@ class Prediction:
 
 
 @dataclass(frozen=True)
+class Comparison:
+    """What a decision's effect was measured against. The runs printed beside a decision
+    are pairs (the candidate and the incumbent on one seed); an estimate against the mean of
+    every incumbent run is not a paired one, and must never be read as one.
+
+    The keep rule credits a seed's shared luck only once the night has shown that seeds share
+    it (`seed_share` > 0, agent/decide/noise.py); until then the effect is the candidate
+    against the mean of all incumbent runs, and can have the other sign from the pairs."""
+
+    paired_seeds: int = 0                # candidate seeds with an incumbent run on the same seed
+    paired_effect: float | None = None   # the mean improvement over those seeds alone
+    incumbent_runs: int = 0              # incumbent runs the estimate rests on
+    seed_share: float = 0.0              # share of a run's luck credited to its seed
+
+    @property
+    def paired(self) -> bool:
+        """The estimate leans on the same-seed pairs (it is not a comparison with a mean)."""
+        return self.seed_share > 0 and self.paired_seeds > 0
+
+    def describe(self, effect: float | None) -> str:
+        """The words beside an effect: paired or not, and the pairs alone when they say
+        something else."""
+        k, n = self.paired_seeds, self.incumbent_runs
+        pairs = f"{k} same-seed pair{'s' if k != 1 else ''}"
+        alone = (f"; the {pairs} alone {self.paired_effect:+.4f}"
+                 if self.paired_effect is not None else "")
+        if self.paired:
+            extra = f", {n - k} unpaired incumbent runs weighted in" if n > k else ""
+            disagree = (effect is not None and self.paired_effect is not None
+                        and (effect > 0) != (self.paired_effect > 0))
+            return f"paired on {k} seed{'s' if k != 1 else ''} (seed share {self.seed_share:.2f}" \
+                   f"{extra}){alone if disagree else ''}"
+        if k == 0:
+            return f"vs the mean of {n} incumbent runs, none on its seeds"
+        return (f"not paired: vs the mean of {n} incumbent runs (the night has not shown yet "
+                f"that seeds share noise){alone}")
+
+
+@dataclass(frozen=True)
 class Decision:
     """What a keep rule concluded about one candidate, with its evidence.
 
@@ -150,6 +189,7 @@ class Decision:
     rule: str = ""
     reason: str = ""
     details: dict[str, Any] = field(default_factory=dict)
+    comparison: Comparison | None = None   # what `effect` was measured against (None: not said)
 
     def to_dict(self) -> dict[str, Any]:
         return encode(self)

@@ -65,6 +65,19 @@ class Experiment:
         return statistics.fmean(values) if values else None
 
 
+@dataclass(frozen=True)
+class Repeat:
+    """A run of a (commit, seed, role) that already had an OK run: the first value stays the
+    run of record (the reference, the evidence, the noise); this one only says how well one
+    seed reproduces a run (the baseline runs one seed twice; agent/decide/pairing.py)."""
+
+    commit: str
+    seed: int
+    role: Role
+    first: float
+    again: float | None       # None: the repeat did not end OK
+
+
 @dataclass
 class Invocation:
     """One `nightshift run` of the loop: when it started and stopped, with how many workers."""
@@ -117,6 +130,7 @@ class LoopState:
     decisions: list[DecisionMade] = field(default_factory=list)
     rebases: list[ProposalRebased] = field(default_factory=list)
     invocations: list[Invocation] = field(default_factory=list)
+    repeats: list[Repeat] = field(default_factory=list)       # seeds run again, in order
     usage: Usage = field(default_factory=Usage)               # the researcher's, whole night
     # indices, kept as events arrive so that lookups do not scan every run of the night
     _ok: dict[str, dict[Role, dict[int, float]]] = field(default_factory=dict, repr=False)
@@ -206,6 +220,11 @@ class LoopState:
             self.interrupted.append(event)
             return
         self.runs.append(event)
+        first = self._ok.get(event.commit, {}).get(event.role, {}).get(event.seed)
+        if first is not None:
+            self.repeats.append(Repeat(event.commit, event.seed, event.role, first,
+                                       event.metric if event.ok else None))
+            return
         if event.ok and event.metric is not None:
             self._ok.setdefault(event.commit, {}).setdefault(event.role, {})[event.seed] = event.metric
             self._ok_any.setdefault(event.commit, {})[event.seed] = event.metric
@@ -271,6 +290,15 @@ class LoopState:
     def reference(self, commit: str) -> dict[int, float]:
         """The incumbent's fresh reference runs: never the runs that selected it."""
         return self.ok_values(commit, Role.REFERENCE)
+
+    def same_seed_runs(self) -> dict[str, dict[int, float]]:
+        """commit -> seed -> metric for every commit with OK runs on two or more seeds (the
+        first run of each seed): what the night's pooled same-seed spread is fitted on."""
+        return {commit: dict(values) for commit, values in self._ok_any.items() if len(values) >= 2}
+
+    def repeat_pairs(self) -> tuple[tuple[float, float], ...]:
+        """(first, again) of every OK repeat of a (commit, seed): the run-to-run jitter."""
+        return tuple((r.first, r.again) for r in self.repeats if r.again is not None)
 
     def noise_groups(self) -> list[list[float]]:
         """Per-commit lists of OK metrics, for the pooled seed-to-seed spread."""

@@ -94,6 +94,9 @@ def _experiment_row(state: LoopState, experiment: Experiment) -> dict[str, Any]:
         "verdict": experiment.verdict.value if experiment.verdict else None,
         "effect": decided.effect if decided else None, "ci_low": interval[0], "ci_high": interval[1],
         "p_value": decided.p_value if decided else None, "n_seeds": len(experiment.values()),
+        # whether `effect` leans on same-seed pairs (else: against the incumbent's mean)
+        "paired": comparison.paired if (comparison := _comparison(decided)) else None,
+        "paired_effect": comparison.paired_effect if comparison else None,
         "candidate_mean": experiment.mean(),
         # a kept commit's value on its fresh seeds (None until measured, or not kept)
         "fresh_mean": tsv_value(state, experiment)[0] if experiment.verdict == Verdict.KEEP
@@ -105,6 +108,10 @@ def _experiment_row(state: LoopState, experiment: Experiment) -> dict[str, Any]:
         "usd": experiment.usage.usd if experiment.usage else None,
         "time": decided.time if decided else None,
     }
+
+
+def _comparison(decided):
+    return decided.decision.comparison if decided and decided.decision else None
 
 
 def _run_row(run) -> dict[str, Any]:

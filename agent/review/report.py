@@ -231,6 +231,9 @@ def _experiment_row(state: LoopState, experiment: Experiment, tag_dir: Path,
         "hypothesis": experiment.hypothesis, "researcher": experiment.researcher,
         "effect": decided.effect if decided else None,
         "interval": list(decided.interval) if decided and decided.interval else None,
+        # paired or against the incumbent's mean, and the pairs alone when they disagree
+        "compared": (decided.decision.comparison.describe(decided.effect)
+                     if decided and decided.decision and decided.decision.comparison else ""),
         "p_value": decided.p_value if decided else None, "mean": experiment.mean(),
         "fresh": fresh, "shown": fresh if fresh is not None else experiment.mean(),
         "shown_note": shown_note,

@@ -131,13 +131,23 @@ def test_an_old_ledger_reads_line_for_line_and_writes_back_the_same_fields():
     assert len(kinds) >= 11          # the fixture exercises nearly every kind
     for data in lines:
         event = parse_event(data)
-        again = event.to_dict()
-        assert {k: again.get(k) for k in data} == data, data["event"]
-        extra = {k: v for k, v in again.items() if k not in data}
-        defaults = {f.name: f.default for f in dataclasses.fields(event)
-                    if f.default is not dataclasses.MISSING}
-        for key, value in extra.items():   # keys an old line lacked carry only their default
-            assert value in (defaults.get(key), [], {}, ()), (data["event"], key, value)
+        assert_same_fields(event, data, event.to_dict(), data["event"])
+
+
+def assert_same_fields(record, data, again, where):
+    """`again` (written back) holds every field of `data` (an old line) unchanged, nested
+    records included; a key the old line lacked carries only its field's default."""
+    for key, value in data.items():
+        nested = getattr(record, key, None)
+        if isinstance(value, dict) and dataclasses.is_dataclass(nested):
+            assert_same_fields(nested, value, again.get(key), f"{where}.{key}")
+        else:
+            assert again.get(key) == value, f"{where}.{key}"
+    defaults = {f.name: f.default for f in dataclasses.fields(record)
+                if f.default is not dataclasses.MISSING}
+    for key, value in again.items():
+        if key not in data:
+            assert value in (defaults.get(key), [], {}, ()), (where, key, value)
 
 
 def test_an_old_ledger_folds_to_the_same_state_and_frames(tmp_path):

@@ -1,0 +1,220 @@
+"""Early stopping replayed on recorded pairs of real runs: what it saves and what it loses.
+
+    python benchmarks/early_stop_replay.py PAIRS.jsonl [--confidence 0.99] [--checkpoints 0.25 0.5 0.75]
+    python benchmarks/early_stop_replay.py --synthetic OUT.jsonl [--pairs 60] [--seed 0]
+
+PAIRS.jsonl holds one pair a line, in the order the runs finished (a night's order): a
+candidate run and its incumbent's run on the same seed, both run to their full budget.
+
+    {"seed": 1000, "change": "LR 3e-3 -> 6e-3", "null": false,
+     "metric": "val_bpb", "direction": "minimize", "budget_s": 60,
+     "candidate": {"final": 2.3130, "run_s": 75.2, "batch_shape": "64x256", "total_steps": null,
+                   "points": [[0.05, 100, 3.912, 0.01], [0.10, 200, 3.402, 0.01], ...]},
+     "incumbent": {"final": 2.3177, "run_s": 74.8, ...}}
+
+`points` are [budget fraction, step, training loss, learning rate or null] (the bundled
+train.py's step lines through sandbox/progress.py and agent/record/curves.py: fraction =
+`elapsed` / budget); `final` is the run's metric; `run_s` its wall time, start-up and
+evaluation included (optional: without it a run counts as one unit); `null` marks a pair
+whose candidate changes nothing that matters (a whitespace edit, a renamed variable), for
+the false-keep count; `change` is free text.
+
+Each pair is replayed as a night would meet it: the early-stop rule judges the candidate's
+curve at each checkpoint against the incumbent's, calibrated on the pairs before it only, and
+the pair then joins the calibration. The candidate's fate without early stopping is the
+keep rule's screen on this one seed: discarded when its final improvement is at most
+`futility` (0.75) times the spread of a final same-seed difference, which is also what a
+stop must be sure of. Printed: run time per discarded candidate without and with early
+stopping, the candidates that passed the screen but were stopped (real wins lost), and the
+null pairs that pass the screen (false keeps) without and with it; early stopping can only
+remove candidates, so that last figure cannot grow.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from agent.decide.early_stop import EarlyStopSettings, FinishedPair, Stop, judge  # noqa: E402
+from agent.record.curves import Curve, CurvePoint  # noqa: E402
+
+START, TRAIN = 0.1, 0.8      # a run's time without run_s: start-up, training, evaluation
+FUTILITY = 0.75              # the screen's futility boundary, in sds of a paired difference
+MIN_SCALE_PAIRS = 3          # pairs needed before the spread of final differences is known
+
+
+class FormatError(ValueError):
+    """A line of the pairs file that is not a pair; says which line and what is missing."""
+
+
+@dataclass(frozen=True)
+class Run:
+    curve: Curve
+    final: float
+    run_s: float | None
+
+
+@dataclass(frozen=True)
+class Pair:
+    candidate: Run
+    incumbent: Run
+    improvement: float        # the candidate's final improvement, in the metric's direction
+    null: bool
+    change: str
+
+
+def read_pairs(path: Path) -> list[Pair]:
+    pairs = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+            sign = -1.0 if data.get("direction", "minimize") == "minimize" else 1.0
+            cand, inc = _run(data["candidate"]), _run(data["incumbent"])
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as error:
+            raise FormatError(f"{path}:{number}: not a pair ({error!r}); each line needs "
+                              f"candidate and incumbent with final and points (see --help)") from None
+        pairs.append(Pair(cand, inc, sign * (cand.final - inc.final), bool(data.get("null")),
+                          str(data.get("change", ""))))
+    return pairs
+
+
+def _run(data: dict) -> Run:
+    points = tuple(CurvePoint(fraction=float(p[0]), step=None if p[1] is None else int(p[1]),
+                              loss=float(p[2]), lr=None if len(p) < 4 or p[3] is None else float(p[3]))
+                   for p in data["points"])
+    return Run(Curve(points, data.get("batch_shape"), data.get("total_steps")),
+               float(data["final"]), data.get("run_s"))
+
+
+def replay(pairs: list[Pair], settings: EarlyStopSettings) -> dict:
+    calibration: list[FinishedPair] = []
+    rows = []
+    for pair in pairs:
+        finals = [p.improvement for p in pairs[:len(rows)]]
+        # The spread of a final same-seed difference, from the pairs so far (real effects
+        # included: wider than the noise alone, so the stops are conservative).
+        scale = statistics.stdev(finals) if len(finals) >= MIN_SCALE_PAIRS else 0.0
+        bar = FUTILITY * scale
+        full = _cost(pair.candidate, 1.0)
+        stopped_at = None
+        for checkpoint in settings.checkpoints:
+            verdict = judge(pair.candidate.curve.upto(checkpoint), pair.incumbent.curve,
+                            calibration, settings, scale=scale, now=checkpoint,
+                            loses=lambda g, bar=bar: g <= bar)
+            if isinstance(verdict, Stop):
+                stopped_at = checkpoint
+                break
+        passes = scale > 0 and pair.improvement > bar
+        rows.append({"passes": passes, "stopped": stopped_at, "null": pair.null,
+                     "cost": full, "cost_early": full if stopped_at is None else
+                     _cost(pair.candidate, stopped_at)})
+        calibration.append(FinishedPair.of(pair.candidate.curve, pair.incumbent.curve,
+                                           pair.improvement, settings.checkpoints))
+    discards = [r for r in rows if not r["passes"] or r["stopped"] is not None]
+    today = [r for r in rows if not r["passes"]]
+    return {
+        "pairs": len(rows),
+        "time_per_discard_today": _mean(r["cost"] for r in today),
+        "time_per_discard_early": _mean(r["cost_early"] for r in discards),
+        "stopped": sum(r["stopped"] is not None for r in rows),
+        "passes": sum(r["passes"] for r in rows),
+        "wins_lost": sum(r["passes"] and r["stopped"] is not None for r in rows),
+        "null_pairs": sum(r["null"] for r in rows),
+        "false_keeps_today": sum(r["null"] and r["passes"] for r in rows),
+        "false_keeps_early": sum(r["null"] and r["passes"] and r["stopped"] is None for r in rows),
+        "time_total_today": sum(r["cost"] for r in rows),
+        "time_total_early": sum(r["cost_early"] for r in rows),
+    }
+
+
+def _cost(run: Run, fraction: float) -> float:
+    unit = run.run_s if run.run_s else 1.0
+    return unit * (START + TRAIN * fraction + (1 - START - TRAIN) * (fraction >= 1.0))
+
+
+def _mean(values) -> float:
+    values = list(values)
+    return float(np.mean(values)) if values else float("nan")
+
+
+def synthetic(path: Path, pairs: int, seed: int) -> None:
+    """A pairs file drawn from the curve model of benchmarks/curve_nights.py (one incumbent,
+    candidates of the large prior, a fifth of them null), to try the replay on."""
+    rng = np.random.default_rng(seed)
+    grid = np.arange(1, 41) / 40
+    lines = []
+    for i in range(pairs):
+        null = rng.random() < 0.2
+        gain = 0.0 if null else float(rng.choice([-1, 1]) * rng.uniform(0.3, 2.0))
+        crossing = not null and rng.random() < 0.25
+        cross = rng.uniform(0.3, 0.9)
+        w = (grid - cross) / (1 - cross) if crossing else np.sqrt(grid)
+        g = rng.normal(0, 0.3)
+        runs = {}
+        for who, shift in (("incumbent", np.zeros_like(grid)), ("candidate", -gain * w)):
+            rest = rng.normal(0, 0.9)
+            losses = 4 * (1 - np.sqrt(grid)) + shift + g + rest * np.sqrt(grid) + rng.normal(0, 0.3, 40)
+            runs[who] = {"final": float(shift[-1] + g + rest), "run_s": 75.0,
+                         "points": [[float(f), 25 * (k + 1), float(x), 0.01] for k, (f, x)
+                                    in enumerate(zip(grid, losses))]}
+        lines.append(json.dumps({"seed": 1000 + i, "change": "synthetic", "null": bool(null),
+                                 "metric": "val_bpb", "direction": "minimize", "budget_s": 60,
+                                 **runs}))
+    path.write_text("\n".join(lines) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog=__doc__.split("\n\n", 1)[1])
+    parser.add_argument("pairs", type=Path, nargs="?", help="a pairs file (JSON lines)")
+    parser.add_argument("--confidence", type=float, default=EarlyStopSettings.confidence)
+    parser.add_argument("--checkpoints", type=float, nargs="+",
+                        default=list(EarlyStopSettings.checkpoints))
+    parser.add_argument("--synthetic", type=Path, help="write a synthetic pairs file here instead")
+    parser.add_argument("--pairs", dest="count", type=int, default=60)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    if args.synthetic:
+        synthetic(args.synthetic, args.count, args.seed)
+        print(f"wrote {args.count} synthetic pairs to {args.synthetic}")
+        return 0
+    if args.pairs is None:
+        parser.error("give a pairs file, or --synthetic OUT to make one")
+    try:
+        pairs = read_pairs(args.pairs)
+    except (OSError, FormatError) as error:
+        print(error, file=sys.stderr)
+        return 2
+    settings = EarlyStopSettings(checkpoints=tuple(args.checkpoints), confidence=args.confidence)
+    r = replay(pairs, settings)
+    less = 1 - r["time_per_discard_early"] / r["time_per_discard_today"] \
+        if r["time_per_discard_today"] else float("nan")
+    lost = r["wins_lost"] / r["passes"] if r["passes"] else float("nan")
+    print(f"{r['pairs']} pairs from {args.pairs}; checkpoints {list(settings.checkpoints)}, "
+          f"confidence {settings.confidence:g}")
+    print(f"run time per discarded candidate: {r['time_per_discard_today']:.1f} without early "
+          f"stopping, {r['time_per_discard_early']:.1f} with it ({less:.0%} less; target >= 40%)")
+    print(f"stopped early: {r['stopped']} of {r['pairs']}; run time of all candidates "
+          f"{r['time_total_today']:.0f} -> {r['time_total_early']:.0f}")
+    print(f"real wins lost: {r['wins_lost']} of {r['passes']} candidates that passed the screen "
+          f"({lost:.0%}; target <= 2%)")
+    print(f"false keeps (null pairs passing the screen): {r['false_keeps_today']} of "
+          f"{r['null_pairs']} without early stopping, {r['false_keeps_early']} with it "
+          f"(it can only remove candidates)")
+    if math.isnan(less):
+        print("(no discards to compare: too few pairs for the spread of a final difference)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,72 @@
+"""The early-stop benchmarks count what they claim: the replay of recorded pairs
+(benchmarks/early_stop_replay.py) and the simulated nights with curves
+(benchmarks/curve_nights.py). Figures, not timings."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from agent.decide.early_stop import EarlyStopSettings
+from benchmarks import curve_nights
+from benchmarks.decisions import NoiseModel, World, draw_effect
+from benchmarks.early_stop_replay import FormatError, main, read_pairs, replay, synthetic
+
+
+def pairs_file(path, n=40, seed=0):
+    """Pairs with curves that show a candidate's final gap early and clearly: every third
+    candidate is far worse, every fifth a null (no change at all: the same run twice)."""
+    rng = np.random.default_rng(seed)
+    grid = np.arange(1, 21) / 20
+    lines = []
+    for i in range(n):
+        null, worse = i % 5 == 0, i % 3 == 0 and i % 5 != 0
+        gain = 0.0 if null else -2.0 if worse else float(rng.normal(0.3, 0.3))
+        luck = rng.normal(0, 0.1)
+        runs = {}
+        for who, shift in (("incumbent", 0.0), ("candidate", -gain)):
+            final = 2.0 + shift + (luck if who == "candidate" else 0.0)
+            curve = [[float(f), 10 * k, float(4 - 2 * f + shift * f + rng.normal(0, 0.01)), None]
+                     for k, f in enumerate(grid)]
+            runs[who] = {"final": final, "run_s": 100.0, "points": curve}
+        lines.append(json.dumps({"seed": 1000 + i, "null": null, "direction": "minimize", **runs}))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_the_replay_stops_clear_losers_and_counts_time_wins_and_false_keeps(tmp_path):
+    pairs = read_pairs(pairs_file(tmp_path / "pairs.jsonl"))
+    result = replay(pairs, EarlyStopSettings())
+    worse = sum(1 for i in range(40) if i % 3 == 0 and i % 5 != 0)
+    assert worse - 4 <= result["stopped"] <= worse        # all but the first few, calibrating
+    assert result["wins_lost"] == 0
+    assert result["time_per_discard_early"] < result["time_per_discard_today"] == 100.0
+    assert result["false_keeps_early"] <= result["false_keeps_today"]
+    off = replay(pairs, EarlyStopSettings(mode="off"))
+    assert off["stopped"] == 0 and off["time_per_discard_early"] == off["time_per_discard_today"]
+
+
+def test_the_replay_reads_its_own_synthetic_files_and_refuses_others(tmp_path, capsys):
+    synthetic(tmp_path / "syn.jsonl", 12, seed=1)
+    assert main([str(tmp_path / "syn.jsonl")]) == 0
+    assert "run time per discarded candidate" in capsys.readouterr().out
+    (tmp_path / "bad.jsonl").write_text('{"candidate": {"final": 1}}\n')
+    with pytest.raises(FormatError, match="bad.jsonl:1"):
+        read_pairs(tmp_path / "bad.jsonl")
+    assert main([str(tmp_path / "bad.jsonl")]) == 2
+
+
+@pytest.mark.parametrize("workers", [1, 4])
+def test_simulated_nights_stop_losing_candidate_runs_and_never_prematurely(workers):
+    key = [3, 0, workers]
+    effects, streams = np.random.default_rng(key + [0]), np.random.default_rng(key + [1])
+    result = curve_nights.night(
+        "nightshift", workers, lambda: draw_effect("large", effects), World(streams, NoiseModel(0.0, 0.47)),
+        np.random.default_rng(key + [2]), np.random.default_rng(key + [3]), runs_per_worker=60)
+    assert result.stopped > 0 and result.premature == 0
+    assert result.saved_time > 0 and result.decided <= result.candidates
+    today = curve_nights.night(
+        "today", workers, lambda: draw_effect("large", effects), World(streams, NoiseModel(0.0, 0.47)),
+        np.random.default_rng(key + [2]), np.random.default_rng(key + [3]), runs_per_worker=60)
+    assert today.stopped == 0 and today.saved_time == 0

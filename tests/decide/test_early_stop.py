@@ -1,0 +1,188 @@
+"""The early-stop rule: a candidate's partial curve against its incumbent's on the same
+seed, calibrated on the night's finished pairs (agent/decide/early_stop.py)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from agent.decide.early_stop import (CannotPair, Continue, EarlyStopSettings, FinishedPair, Stop,
+                                     forecast, gap_at, judge)
+from agent.record.curves import Curve, CurvePoint, curve_point
+from sandbox.progress import ProgressReader
+
+SETTINGS = EarlyStopSettings()
+FRACTIONS = np.linspace(0.02, 1.0, 50)
+
+
+def curve(shift: float = 0.0, noise: float = 0.0, rng=None, cross: float | None = None,
+          lr=None, batch_shape=None, total_steps=None) -> Curve:
+    """A training curve: 3 − 1.5·√f, moved by `shift` (positive: worse) in proportion to how
+    far the run is, or crossing: behind early, ahead after `cross`."""
+    points = []
+    for i, f in enumerate(FRACTIONS):
+        moved = shift * f if cross is None else shift * (cross - f) / cross
+        loss = 3 - 1.5 * math.sqrt(f) + moved + (rng.normal(0, noise) if rng is not None else 0)
+        points.append(CurvePoint(fraction=float(f), loss=float(loss), step=10 * i,
+                                 lr=None if lr is None else float(lr(f))))
+    return Curve(tuple(points), batch_shape, total_steps)
+
+
+def night_pairs(rng, n=30, slope=1.0, resid=0.01, noise=0.005):
+    """Finished pairs whose final improvement is `slope` × the loss gap plus a little."""
+    pairs = []
+    for _ in range(n):
+        shift = rng.normal(0, 0.05)
+        cand, inc = curve(shift, noise, rng), curve(0.0, noise, rng)
+        final = -slope * shift + rng.normal(0, resid)
+        pairs.append(FinishedPair.of(cand, inc, final, SETTINGS.checkpoints))
+    return pairs
+
+
+def test_a_night_without_finished_pairs_stops_nothing():
+    # The prior alone says a mid-run gap tells nothing: not even a wildly worse run stops.
+    worse, incumbent = curve(shift=1.0).upto(0.5), curve()
+    result = judge(worse, incumbent, [], SETTINGS, scale=0.02)
+    assert isinstance(result, Continue) and result.forecast.pairs == 0
+    assert result.forecast.bound > 0
+
+
+def test_a_clearly_worse_run_stops_at_a_checkpoint_once_the_night_has_pairs():
+    rng = np.random.default_rng(0)
+    pairs = night_pairs(rng)
+    worse = curve(shift=0.2, noise=0.005, rng=rng).upto(0.52)
+    result = judge(worse, curve(noise=0.005, rng=rng), pairs, SETTINGS, scale=0.02)
+    assert isinstance(result, Stop), result
+    assert result.forecast.checkpoint == 0.5 and result.saved == pytest.approx(0.5)
+    lo, hi = result.forecast.interval
+    assert lo < result.forecast.predicted < hi < 0 and result.forecast.bound == hi
+    assert "a discard stopped early" in result.reason
+
+
+def test_a_run_within_the_noise_is_not_stopped():
+    rng = np.random.default_rng(1)
+    pairs = night_pairs(rng)
+    close = curve(shift=0.005, noise=0.005, rng=rng).upto(0.8)
+    assert isinstance(judge(close, curve(noise=0.005, rng=rng), pairs, SETTINGS, scale=0.02), Continue)
+
+
+def test_a_late_crossing_run_is_not_stopped():
+    # Behind at 50% but closing fast: the gap's straight line crosses before the end.
+    rng = np.random.default_rng(2)
+    pairs = night_pairs(rng, slope=2.0, resid=0.002)
+    crossing = curve(shift=0.15, cross=0.8).upto(0.51)
+    incumbent = curve()
+    assert gap_at(crossing, incumbent, 0.5) < 0 and gap_at(crossing, incumbent, 0.25) < gap_at(crossing, incumbent, 0.5)
+    result = judge(crossing, incumbent, pairs, SETTINGS, scale=0.02)
+    assert isinstance(result, Continue) and "closing" in result.reason
+    # the same deficit, not closing, stops
+    flat = curve(shift=0.035 / 0.5).upto(0.51)
+    assert isinstance(judge(flat, incumbent, pairs, SETTINGS, scale=0.02), Stop)
+
+
+def test_before_the_first_checkpoint_or_when_off_it_only_continues():
+    rng = np.random.default_rng(3)
+    pairs, worse = night_pairs(rng), curve(shift=1.0)
+    assert "before the first" in judge(worse.upto(0.2), curve(), pairs, SETTINGS, scale=0.02).reason
+    off = EarlyStopSettings(mode="off")
+    assert judge(worse, curve(), pairs, off, scale=0.02) == Continue("early stopping is off")
+
+
+@pytest.mark.parametrize("candidate, incumbent, why", [
+    (curve(), Curve(), "the incumbent's run on this seed printed no progress lines"),
+    (Curve(), curve(), "no progress lines by 25%"),
+    (curve(batch_shape="64x256"), curve(batch_shape="32x256"), "a different batch shape"),
+    (curve(total_steps=5000), curve(total_steps=4000), "a different step grid"),
+    (curve(lr=lambda f: 1.0 if f < 0.6 else (1 - f) / 0.4),
+     curve(lr=lambda f: 1.0 if f < 0.4 else (1 - f) / 0.6), "a different learning-rate schedule"),
+])
+def test_curves_that_cannot_be_paired_say_why(candidate, incumbent, why):
+    result = judge(candidate.upto(0.9), incumbent, [], SETTINGS, scale=0.02, now=0.9)
+    assert isinstance(result, CannotPair) and why in result.reason
+
+
+def test_a_peak_learning_rate_change_keeps_the_schedule_paired():
+    shape = lambda f: 1.0 if f < 0.4 else (1 - f) / 0.6  # noqa: E731
+    twice = curve(lr=lambda f: 2 * shape(f))
+    assert not isinstance(judge(twice.upto(0.6), curve(lr=shape), [], SETTINGS, scale=0.02), CannotPair)
+
+
+def test_the_forecast_bound_holds_as_often_as_it_claims():
+    # Pairs from a night where the final improvement follows the mid-run gap linearly with
+    # real scatter: a new run ends above the one-sided bound about `tail` of the time.
+    rng, tail, above, n = np.random.default_rng(7), 0.05, 0, 0
+    for _ in range(40):
+        pairs = night_pairs(rng, n=40, slope=1.0, resid=0.03, noise=0.01)
+        for _ in range(10):
+            shift = rng.normal(0.0, 0.05)
+            gap = gap_at(curve(shift, 0.01, rng), curve(0.0, 0.01, rng), 0.5)
+            above += -shift + rng.normal(0, 0.03) > forecast(gap, 0.5, pairs, 0.04, tail).bound
+            n += 1
+    assert tail / 4 <= above / n <= 2 * tail, above / n
+
+
+def test_stopped_runs_would_rarely_have_ended_above_the_threshold():
+    # The same kind of night: runs that end at or above 0 are almost never stopped, while
+    # clear losers are (three checkpoints share 1 − confidence, and closing gaps wait).
+    rng, wrong, stopped = np.random.default_rng(4), 0, 0
+    for _ in range(30):
+        pairs = night_pairs(rng, n=40, slope=1.0, resid=0.02, noise=0.01)
+        for _ in range(10):
+            shift = rng.normal(0.02, 0.05)
+            run, inc = curve(shift, 0.01, rng), curve(0.0, 0.01, rng)
+            final = -shift + rng.normal(0, 0.02)
+            result = judge(run.upto(float(rng.choice([0.3, 0.55, 0.8]))), inc, pairs, SETTINGS,
+                           scale=0.03)
+            if isinstance(result, Stop):
+                stopped += 1
+                wrong += final >= 0
+    assert stopped >= 20, "the rule should stop the clear losers"
+    assert wrong <= 2
+
+
+def test_settings_refuse_what_makes_no_sense():
+    with pytest.raises(ValueError, match="mode"):
+        EarlyStopSettings(mode="sometimes")
+    with pytest.raises(ValueError, match="checkpoints"):
+        EarlyStopSettings(checkpoints=(0.5, 0.25))
+    with pytest.raises(ValueError, match="confidence"):
+        EarlyStopSettings(confidence=0.3)
+
+
+def test_progress_lines_become_points_on_the_budget():
+    reader = ProgressReader(r"iter (?P<iter>\d+): loss (?P<loss>[0-9.]+)")
+    bundled = reader.feed("step 300 | loss 2.4512 | lr 1.0e-02 | grad_norm 0.5 | elapsed 15.0s")
+    point = curve_point(bundled, budget_s=60)
+    assert point == CurvePoint(fraction=0.25, loss=2.4512, step=300, lr=0.01)
+    nanogpt = reader.feed("iter 40: loss 3.2100, time 12.3ms")
+    assert curve_point(nanogpt, budget_s=60) is None            # no clock of its own...
+    assert curve_point(nanogpt, budget_s=60, wall_s=30).fraction == 0.5   # ...the harness's
+    assert curve_point(nanogpt, budget_s=60, total_steps=400).fraction == 0.1
+    tqdm = reader.feed(" 25%|██▌       | 500/2000 [00:10<00:30, 50.0it/s]")
+    assert tqdm.loss is None and curve_point(tqdm, budget_s=60) is None   # no loss to compare
+    diverged = reader.feed("step 10 | loss nan | elapsed 1.0s")
+    assert curve_point(diverged, budget_s=60) is None
+
+
+def test_a_curve_for_the_ledger_is_compact():
+    long = Curve(tuple(CurvePoint(fraction=i / 999, loss=3 - i / 999) for i in range(1000)))
+    short = long.compact(64)
+    assert 2 < len(short.points) <= 64
+    assert short.points[0] == long.points[0] and short.points[-1] == long.points[-1]
+    assert [p.fraction for p in short.points] == sorted(p.fraction for p in short.points)
+    assert curve().compact() == curve()
+
+
+def test_what_loses_is_the_callers_to_say():
+    # The loop asks its keep rule whether a run ending there ends the candidate: a stricter
+    # bar (the screen's futility boundary) stops more, a lenient one nothing.
+    rng = np.random.default_rng(5)
+    pairs = night_pairs(rng)
+    run, incumbent = curve(shift=0.03, noise=0.005, rng=rng).upto(0.8), curve(noise=0.005, rng=rng)
+    default = judge(run, incumbent, pairs, SETTINGS, scale=0.02)
+    assert isinstance(default, Continue) and default.forecast.bound > 0
+    strict = judge(run, incumbent, pairs, SETTINGS, scale=0.02,
+                   loses=lambda g: g <= default.forecast.bound + 0.01)
+    assert isinstance(strict, Stop)
+    assert isinstance(judge(run, incumbent, pairs, SETTINGS, scale=0.02, loses=lambda g: g <= -1), Continue)
