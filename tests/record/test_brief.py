@@ -84,3 +84,26 @@ def test_the_history_section_changes_once_per_chunk_so_a_cache_can_hold_it(tmp_p
     ledger.append(ExperimentInvalid(id="e9999", parent="base0000", reason="x"))
     second = build_brief(ledger.state, PLAN)
     assert first.history and first.history == second.history and first.recent != second.recent
+
+
+def flagged_night(tmp_path) -> Ledger:
+    ledger = night(tmp_path, 2)
+    ledger.append(ExperimentProposed(id="e0003", commit="c0000003", parent="base0000",
+                                     description="attention sees the whole window", hypothesis="h"))
+    ledger.append(RunFinished(run_id="r3", commit="c0000003", seed=0, role="candidate", experiment="e0003",
+                              status=Status.LOOKAHEAD, reason="the evaluator's causality probe failed"))
+    ledger.append(DecisionMade(id="e0003", commit="c0000003", incumbent="base0000", verdict=Verdict.LOOKAHEAD,
+                               reason="lookahead on seed 0: the evaluator's causality probe failed: "
+                                      "predictions before it moved by 0.58 nats"))
+    return ledger
+
+
+def test_a_flagged_candidate_is_named_with_its_reason_and_the_goal_restated(tmp_path):
+    plan = EvaluationPlan(**{**PLAN.__dict__, "evaluator": True})
+    brief = build_brief(flagged_night(tmp_path).state, plan)
+    assert "the harness's evaluator, in a sandbox of its own, scores the saved model" in brief.setup
+    assert "Flagged, not kept (1): these changed how val_bpb was produced" in brief.recent
+    assert "- e0003 lookahead: lookahead on seed 0: the evaluator's causality probe failed" in brief.recent
+    assert "What counts is the lowest val_bpb that the harness measures on held-out data" in brief.recent
+    assert "failed to run" not in brief.recent        # an integrity verdict is not counted as a crash
+    assert "Flagged" not in build_brief(night(tmp_path / "clean", 2).state, plan).recent
