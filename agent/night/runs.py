@@ -21,6 +21,7 @@ from agent.program import Program
 from agent.record.events import Role, RunFinished, RunStarted
 from agent.record.ledger import Ledger, utc_now
 from agent.record.provenance import determinism, environment, fingerprint, write_provenance
+from agent.researchers.overrides import StepCount
 from agent.workspace.repo import Workspace, remove_snapshot
 from cluster.execute import execute
 from cluster.protocol import Job, Outcome, Slot
@@ -51,6 +52,7 @@ class RunPlan:
     writable_workdir: bool = False
     mounts: tuple[DataMount, ...] = ()
     keep: tuple[str, ...] | None = None   # program.md's keep: globs (None: result.json + small files)
+    steps: StepCount | None = None        # the run's step count, where the command or target sets it
 
     @classmethod
     def from_program(cls, program: Program, *, budget_s: float | None = None,
@@ -66,7 +68,9 @@ class RunPlan:
                    split=split, extra_env=dict(program.env), target=program.target,
                    result_file=program.result_file, metric_pattern=program.metric_pattern,
                    metrics_pattern=program.metrics_pattern, python=sys.executable,
-                   writable_workdir=True, mounts=(mount,) if mount else (), keep=program.keep)
+                   writable_workdir=True, mounts=(mount,) if mount else (), keep=program.keep,
+                   steps=checks.step_count_of(program))
+
 
 
 def gpu_for_runs() -> int | None:
@@ -163,7 +167,7 @@ class RunExecutor:
         spec = job.spec
         kept = outputs.prune(spec.out_dir, result.work_dir, result.written, spec.snapshot_dir,
                              self.plan.keep, always=(self.plan.result_file,))
-        budget = checks.judge_budget(result.duration_s, self.plan.budget_s, self.plan.grace_s) \
+        budget = self._judge_budget(commit, result.duration_s, result.metrics) \
             if status != Status.INTERRUPTED else None
         metric_value = result.metric if status == Status.OK else None
         seen = self.ledger.state.ok_values(commit)
@@ -212,6 +216,18 @@ class RunExecutor:
             provenance=str((run_dir / "provenance.json").relative_to(self.runs_dir.parent)),
             over_budget_s=budget.over_s if budget else None, **slot))
 
+    def _judge_budget(self, commit: str, duration_s: float, metrics: dict) -> checks.BudgetJudgement:
+        """The run's budget, judged by its steps against the plan's step count and the runs of
+        this commit and of the incumbent (agent.night.checks.judge_budget)."""
+        state = self.ledger.state
+        peers = [(steps, run.duration_s) for run in state.runs
+                 if run.ok and run.duration_s and run.commit in (commit, state.incumbent)
+                 and (steps := checks.reported_steps(run.metrics)) is not None]
+        return checks.judge_budget(duration_s, self.plan.budget_s, self.plan.grace_s,
+                                   steps=checks.reported_steps(metrics),
+                                   planned_steps=self.plan.steps.steps if self.plan.steps else None,
+                                   peers=peers[-8:])
+
     def _diff_of(self, commit: str) -> tuple[str | None, str]:
         """A commit's parent and patch (git twice per commit, not per run)."""
         if commit not in self._diffs:
@@ -220,11 +236,13 @@ class RunExecutor:
         return self._diffs[commit]
 
     def run(self, commit: str, seed: int, role: Role, experiment: str | None,
-            on_output: Callable[[str], None] | None = None) -> RunFinished:
-        """One run, here and now, on this process's runner (for `noise` and `replay`):
-        returns the recorded run_finished event. Ctrl-C records it as interrupted."""
+            on_output: Callable[[str], None] | None = None,
+            stop: threading.Event | None = None) -> RunFinished:
+        """One run, here and now, on this process's runner (for `check`, `noise` and
+        `replay`): returns the recorded run_finished event. Ctrl-C records it as interrupted,
+        and so does `stop` set from another thread (the runner kills the run within a second)."""
         job = self.prepare(commit, seed, role, experiment)
-        stop = threading.Event()
+        stop = stop or threading.Event()
         try:
             outcome = execute(self.runner, job, WHOLE_MACHINE, stop, on_output)
         except KeyboardInterrupt as interrupt:

@@ -17,6 +17,7 @@ from agent.night.lock import TagLock, refuse_if_locked
 from agent.night.loop import ResearchLoop
 from agent.night.observer import Observer
 from agent.night.prestart import prestart
+from agent.night.run_length import LengthWarnings
 from agent.night.runs import RunExecutor, RunPlan
 from agent.program import Program
 from agent.record.ledger import Ledger, read_snapshot
@@ -151,9 +152,12 @@ def _assemble(program: Program, tag: str, results: Path, ledger: Ledger, workspa
         "researcher": chosen.name, "researcher_why": researcher_why, "sandbox": runner.name,
         "sandbox_why": sandbox_why, "sandbox_facts": runner.describe(), "rule": rule.name,
         "data_dir": str(data.path), "corpus_hash": data.corpus_hash, "budget_s": program.budget_s}
+    watched = LengthWarnings(observer, budget_s=plan.budget_s, grace_s=plan.grace_s, steps=plan.steps,
+                             target=program.target, command=plan.command,
+                             metrics_pattern=plan.metrics_pattern)
     loop = ResearchLoop(tag=tag, program=program, workspace=workspace, ledger=ledger,
                         executor=executor, researcher=chosen, rule=rule, make_workers=workers,
-                        observer=observer, facts=facts, overlap=program.overlap,
+                        observer=watched, facts=facts, overlap=program.overlap,
                         control=control, control_share=program.control)
     shown = "auto" if program.workers is None else program.workers
     notes = [f"researcher: {chosen.name} ({researcher_why})", f"sandbox: {sandbox_why}",

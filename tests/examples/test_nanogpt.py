@@ -98,3 +98,19 @@ def test_the_readme_shows_the_nanogpt_example_in_full():
     block = readme.split("```yaml\n", 1)[1].split("```", 1)[0]
     example = (PROJECT / "examples" / "nanogpt" / "program.md").read_text()
     assert example.startswith(block)
+
+
+def test_run_warns_at_the_start_when_a_run_cannot_finish_in_its_budget(tmp_path, data_root):
+    """The estimate `check` gives, said once while the night's first run goes: 2000
+    iterations of 50 ms cannot end inside 2 s + 3 s of grace, so every run would be killed."""
+    repo = example_repo(tmp_path / "nanoGPT", "nanogpt", budget="2s", grace="3s", command=(
+        "python train.py config/train_shakespeare_char.py --device=cpu --max_iters=2000 "
+        "--iter_sleep=0.05 --eval_sleep=0.5"))
+    done = nightshift(repo, "run", "--tag", "slow", "--max-experiments", "1", env=cli_env(data_root))
+    out = " ".join(done.stdout.split())
+    assert done.returncode == 4, done.stdout + done.stderr          # the baseline is killed
+    assert out.count("warning: at ") == 1, out
+    assert re.search(r"warning: at \d+ ms per iteration, 2000 iterations take about [0-9.]+ min "
+                     r"\(--max_iters=2000 in command\); your budget is 2 s, and grace 3 s: every run "
+                     r"of this night would be killed at 5 s", out), out
+    assert "--max_iters=2000 in command down to about" in out
