@@ -114,3 +114,30 @@ def test_run_warns_at_the_start_when_a_run_cannot_finish_in_its_budget(tmp_path,
                      r"\(--max_iters=2000 in command\); your budget is 2 s, and grace 3 s: every run "
                      r"of this night would be killed at 5 s", out), out
     assert "--max_iters=2000 in command down to about" in out
+
+
+def test_an_llm_researcher_is_told_which_config_lines_the_command_fixes(tmp_path):
+    """The example's prose no longer invites width, batch or context changes, and the brief an
+    LLM researcher reads names the lines nanoGPT's CPU flags override as fixed."""
+    from agent.night.context import evaluation_plan, research_context
+    from agent.program import load_program
+    from agent.record.events import LoopStarted
+    from agent.record.state import fold
+    from agent.workspace.repo import Workspace
+
+    repo = example_repo(tmp_path / "nanoGPT", "nanogpt")
+    program = load_program(repo / "program.md")
+    workspace = Workspace.open(repo, "brief", tmp_path / "worktree")
+    try:
+        state = fold([LoopStarted(tag="brief", base_commit=workspace.head())])
+        context = research_context(state, program, workspace, evaluation_plan(program, 300.0, "sequential"),
+                                   offset=0, deadline=None)
+    finally:
+        workspace.remove(delete_branch=True)
+    setup = " ".join(context.brief.setup.split())
+    assert "Fixed by the command: its flags override these lines of config/train_shakespeare_char.py" in setup
+    for line in ("batch_size (line 18) by --batch_size=12", "block_size (line 19) by --block_size=64",
+                 "n_head (line 23) by --n_head=4", "n_embd (line 24) by --n_embd=128",
+                 "max_iters (line 28) by --max_iters=2000"):
+        assert line in setup
+    assert "width, batch and context size" not in program.prose

@@ -84,3 +84,13 @@ def test_the_history_section_changes_once_per_chunk_so_a_cache_can_hold_it(tmp_p
     ledger.append(ExperimentInvalid(id="e9999", parent="base0000", reason="x"))
     second = build_brief(ledger.state, PLAN)
     assert first.history and first.history == second.history and first.recent != second.recent
+
+
+def test_lines_the_command_overrides_are_named_fixed_in_the_setup(tmp_path):
+    fixed = ("batch_size (line 18) by --batch_size=12", "n_embd (line 24) by --n_embd=128")
+    plan = EvaluationPlan(**{**PLAN.__dict__, "target": "config/train_shakespeare_char.py", "fixed": fixed})
+    setup = build_brief(night(tmp_path, 1).state, plan).setup
+    assert ("Fixed by the command: its flags override these lines of config/train_shakespeare_char.py, "
+            "so editing them changes nothing that runs") in setup
+    assert "batch_size (line 18) by --batch_size=12; n_embd (line 24) by --n_embd=128." in setup
+    assert "Fixed by the command" not in build_brief(night(tmp_path / "b", 1).state, PLAN).setup
