@@ -149,7 +149,7 @@ def _run_seeds(executor: RunExecutor, head: str, program: Program, say: Say,
                  told: list[RunLength] = told, seed: int = seed) -> None:
             watch.feed(text)
             estimate = watch.estimate
-            if estimate is not None and not told and (watch.hopeless or estimate.elapsed_s >= 10):
+            if estimate is not None and not told:
                 told.append(estimate)
                 say(f"  seed {seed}: {estimate.sentence(plan.budget_s)}"
                     + (": stopping it now" if watch.hopeless else ""))

@@ -24,10 +24,13 @@ from typing import Any, Callable
 from agent.researchers.overrides import StepCount, command_flags
 from sandbox.progress import ProgressReader
 
-MIN_WINDOW_S = 2.0      # the steps of a shorter stretch say little (buffered bursts, warm-up)
-MARGIN_EARLY = 2.0      # how far past the deadline a first estimate must be to stop the run ...
-MARGIN_SETTLED = 1.25   # ... and one from a window of SETTLED_S or more
-SETTLED_S = 20.0
+# A run is stopped on an estimate only when it is clearly past the deadline: by MARGIN_EARLY
+# from a first stretch of steps, by MARGIN_SETTLED from a longer one. A stretch counts from
+# MIN_WINDOW_S or a share of the deadline, whichever is longer: a few slow steps on a machine
+# busy for a moment must not stop a run that would have fit.
+MIN_WINDOW_S, MIN_WINDOW_SHARE = 2.0, 0.05
+SETTLED_S, SETTLED_SHARE = 20.0, 0.15
+MARGIN_EARLY, MARGIN_SETTLED = 2.0, 1.25
 
 
 @dataclass(frozen=True)
@@ -110,14 +113,14 @@ class RunLengthWatch:
             return
         (t0, s0), (t1, s1) = self._first, self._last
         window = t1 - t0
-        if window < MIN_WINDOW_S and not self.estimate:
+        if window < max(MIN_WINDOW_S, MIN_WINDOW_SHARE * self.deadline_s):
             return
         per_step = window / (s1 - s0)
         steps, origin = total
         whole = t1 + max(0, steps - s1) * per_step
         self.estimate = RunLength(per_step, steps, s1, t1, whole, self._unit, origin)
-        margin = MARGIN_SETTLED if window >= SETTLED_S else MARGIN_EARLY
-        if not self._told_budget and whole > margin * self.deadline_s:
+        settled = window >= max(SETTLED_S, SETTLED_SHARE * self.deadline_s)
+        if not self._told_budget and whole > (MARGIN_SETTLED if settled else MARGIN_EARLY) * self.deadline_s:
             self.hopeless = True
 
 
