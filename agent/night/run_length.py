@@ -30,7 +30,7 @@ from sandbox.progress import ProgressReader
 # busy for a moment must not stop a run that would have fit.
 MIN_WINDOW_S, MIN_WINDOW_SHARE = 2.0, 0.05
 SETTLED_S, SETTLED_SHARE = 20.0, 0.15
-MARGIN_EARLY, MARGIN_SETTLED = 2.0, 1.25
+MARGIN_EARLY, MARGIN_SETTLED = 3.0, 1.25
 
 
 @dataclass(frozen=True)
