@@ -8,6 +8,7 @@ writable layer over it, with program.md's `data:` folder mounted read-only insid
 """
 from __future__ import annotations
 
+import hashlib
 import sys
 import threading
 import uuid
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from agent.night import checks, outputs
-from agent.night.data import PreparedData, folder_facts, repository_data
+from agent.night.data import PreparedData, content_hash, folder_facts, repository_data
 from agent.program import Program
 from agent.record.events import Role, RunFinished, RunStarted
 from agent.record.ledger import Ledger, utc_now
@@ -92,6 +93,7 @@ class RunExecutor:
         self.snapshots_dir = results_dir / "snapshots"
         # The data folder as the night found it: a run that changes it is tampered.
         self._data_seen = {m.path: folder_facts(m.source) for m in plan.mounts}
+        self.data_hash = data.corpus_hash or _mounts_hash(plan.mounts)   # what every run's data was
         self._diffs: dict[str, tuple[str | None, str]] = {}   # commit -> (parent, diff): once each
 
     def snapshot(self, commit: str) -> Path:
@@ -187,7 +189,7 @@ class RunExecutor:
             "command": self.plan.command, "split": self.plan.split,
             "run_env": dict(self.plan.extra_env), "python": self.plan.python,
             "protected_digests": digest_files(job.spec.snapshot_dir, self.plan.protected),
-            "data_dir": str(self.data.path), "data_meta": self.data.meta,
+            "data_dir": str(self.data.path), "data_meta": self.data.meta, "data_hash": self.data_hash,
             "data_mount": [{"path": m.path, "source": str(m.source), **data_now[m.path]}
                            for m in self.plan.mounts],
             "sandbox": {"backend": result.backend, **result.sandbox},
@@ -212,7 +214,7 @@ class RunExecutor:
             log=str(log.relative_to(self.runs_dir.parent)) if log.is_relative_to(self.runs_dir.parent)
             else str(log),
             log_tail=result.log_tail[-2000:], backend=result.backend,
-            data_hash=self.data.corpus_hash, env_fingerprint=provenance["env_fingerprint"],
+            data_hash=self.data_hash, env_fingerprint=provenance["env_fingerprint"],
             provenance=str((run_dir / "provenance.json").relative_to(self.runs_dir.parent)),
             over_budget_s=budget.over_s if budget else None, **slot))
 
@@ -251,6 +253,16 @@ class RunExecutor:
                         if result else Outcome(job.run_id, 0, None, error="interrupted by the user"))
             raise
         return self.finish(job, outcome)
+
+
+def _mounts_hash(mounts: tuple[DataMount, ...]) -> str | None:
+    """The content hash of program.md's data: folder (cached by its stat digest), or None."""
+    if not mounts:
+        return None
+    if len(mounts) == 1:
+        return content_hash(mounts[0].source)
+    joined = "".join(f"{m.path}={content_hash(m.source)};" for m in mounts)
+    return hashlib.sha256(joined.encode()).hexdigest()[:16]
 
 
 WHOLE_MACHINE = Slot(0, "cpu")   # a run on its own: every core, the plan's GPU

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.decide.rules import make_rule
-from agent.night.data import prepare_data
+from agent.night.data import data_cache, prepare_data  # noqa: F401 (data_cache: public here too)
 from agent.night.leftovers import end_leftovers
 from agent.night.lock import TagLock, refuse_if_locked
 from agent.night.loop import ResearchLoop
@@ -43,10 +43,6 @@ def results_dir(program: Program, tag: str) -> Path:
         ignore.parent.mkdir(parents=True, exist_ok=True)
         ignore.write_text("*\n")
     return folder
-
-
-def data_cache() -> Path:
-    return Path(os.environ.get("NIGHTSHIFT_DATA_ROOT", Path.home() / ".cache" / "nightshift" / "data"))
 
 
 @dataclass
@@ -151,7 +147,7 @@ def _assemble(program: Program, tag: str, results: Path, ledger: Ledger, workspa
     facts: dict[str, Any] = {
         "researcher": chosen.name, "researcher_why": researcher_why, "sandbox": runner.name,
         "sandbox_why": sandbox_why, "sandbox_facts": runner.describe(), "rule": rule.name,
-        "data_dir": str(data.path), "corpus_hash": data.corpus_hash, "budget_s": program.budget_s}
+        "data_dir": str(data.path), "corpus_hash": executor.data_hash, "budget_s": program.budget_s}
     watched = LengthWarnings(observer, budget_s=plan.budget_s, grace_s=plan.grace_s, steps=plan.steps,
                              target=program.target, command=plan.command,
                              metrics_pattern=plan.metrics_pattern)

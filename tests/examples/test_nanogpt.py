@@ -37,7 +37,17 @@ def test_a_night_over_nanogpt_without_editing_it(tmp_path, data_root):
     log = (run_dir / "log.txt").read_text()
     assert f"Overriding config with {run_dir / 'out' / 'seed.py'}" in log        # {out}, {seed}
     assert "found 20000 train and 2000 val tokens in data/shakespeare_char" in log   # the mount
+    # ms_per_iter is an iteration's own time, not the last one's, which includes the final eval
+    assert first.metrics["ms_per_iter"] == float(re.search(r"iter 1999: .*time ([0-9.]+)ms", log).group(1))
     provenance = json.loads((run_dir / "provenance.json").read_text())
+    from agent.night.data import content_hash
+
+    assert provenance["data_hash"] == first.data_hash == content_hash(repo / "data" / "shakespeare_char")
+    from agent.review.report import build_context
+
+    context = build_context(repo / "results" / "n1")
+    assert context["environment"]["data"]["corpus_hash"] == first.data_hash    # the report's data corpus
+    assert context["facts"]["corpus_hash"] == first.data_hash
     assert provenance["determinism"]["budget_kind"] == "step"
     assert provenance["run_env"] == {"OMP_NUM_THREADS": "2"}
     assert provenance["data_mount"][0]["path"] == "data/shakespeare_char"
