@@ -65,3 +65,37 @@ def test_a_night_over_the_real_hugging_face_trainer(tmp_path):
         assert set(experiment.extra["params"]) <= knobs
         runs = [r for r in state.runs if r.experiment == experiment.id]
         assert runs and all(r.ok for r in runs), [r.reason for r in runs]
+
+
+def test_a_night_over_a_real_yaml_driven_script(tmp_path):
+    """examples/yaml_config: torch trains a byte model for the budget (--trainer.max_time
+    {budget_s}), the researcher edits dotted YAML keys, keep: keeps hparams.yaml and the CSV."""
+    files = ("train.py", "configs/base.yaml")
+    repo = example(tmp_path / "lit", "yaml_config", files, budget="3s", grace="30s",
+                   env="{OMP_NUM_THREADS: 1}")
+    head = git_out(repo, "rev-parse", "HEAD")
+    config_before = (repo / "configs" / "base.yaml").read_text()
+    done = nightshift(repo, "run", "--tag", "y", "--max-experiments", "3", env=cli_env(tmp_path / "data"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    state = loop_state(repo, "y")
+    baseline = [r for r in state.runs if r.commit == head and r.role.value == "reference"]
+    assert len(baseline) >= 2 and all(r.ok and r.metrics["epochs"] >= 1 for r in baseline)
+    assert len({r.metric for r in baseline}) == len(baseline) and all(r.metric < 5.6 for r in baseline)
+    run_dir = repo / "results" / "y" / "runs" / baseline[0].run_id
+    log = (run_dir / "log.txt").read_text()
+    assert f"Seed set to {baseline[0].seed}" in log and "Time limit reached" in log
+    provenance = json.loads((run_dir / "provenance.json").read_text())
+    assert provenance["determinism"]["budget_kind"] == "wall_clock"
+    kept = provenance["outputs"]["kept"]["out"]
+    assert set(kept) == {"lightning_logs/version_0/hparams.yaml", "lightning_logs/version_0/metrics.csv"}
+    assert [p for p in provenance["outputs"]["dropped"]["out"] if p.endswith(".ckpt")]
+    assert len(state.experiments) == 3
+    before = yaml.safe_load(config_before)
+    for experiment in state.experiments.values():
+        assert experiment.commit, experiment.invalid_reason
+        assert git_out(repo, "diff", "--name-only", head, experiment.commit) == "configs/base.yaml"
+        after = yaml.safe_load(git_out(repo, "show", f"{experiment.commit}:configs/base.yaml"))
+        changed = {f"{k}.{sub}" for k in ("model", "optimizer") for sub in before[k] if before[k][sub] != after[k][sub]}
+        assert changed == set(experiment.extra["params"]) and changed
+        assert {k: v for k, v in after.items() if k not in ("model", "optimizer")} == \
+            {k: v for k, v in before.items() if k not in ("model", "optimizer")}
