@@ -42,7 +42,7 @@ def test_check_passes_on_the_nanogpt_example(tmp_path, data_root):
         assert line in dead
     assert "torch" in found["interpreter"] and "local sandbox" in found["interpreter"]
     assert "data/shakespeare_char of your checkout" in found["data folder"]
-    assert "step-budgeted: 2000 steps" in found["budget respected"]
+    assert "step-budgeted: 500 steps" in found["budget respected"]
     assert "the count its command or target sets" in found["budget respected"]
     assert "out-shakespeare-char/ckpt.pt (1.5 MB)" in found["nothing written outside the allowed places"]
     assert "all checks passed" in done.stdout

@@ -32,13 +32,13 @@ def test_a_night_over_nanogpt_without_editing_it(tmp_path, data_root):
     assert len({r.metric for r in baseline}) == len(baseline) >= 2        # the seed reached it
     first = baseline[0]
     assert set(first.metrics) >= {"val_loss", "iter", "train_loss", "ms_per_iter"}   # from the patterns
-    assert first.metrics["iter"] == 2000 and first.over_budget_s is None
+    assert first.metrics["iter"] == 500 and first.over_budget_s is None
     run_dir = repo / "results" / "n1" / "runs" / first.run_id
     log = (run_dir / "log.txt").read_text()
     assert f"Overriding config with {run_dir / 'out' / 'seed.py'}" in log        # {out}, {seed}
     assert "found 20000 train and 2000 val tokens in data/shakespeare_char" in log   # the mount
     # ms_per_iter is an iteration's own time, not the last one's, which includes the final eval
-    assert first.metrics["ms_per_iter"] == float(re.search(r"iter 1999: .*time ([0-9.]+)ms", log).group(1))
+    assert first.metrics["ms_per_iter"] == float(re.search(r"iter 499: .*time ([0-9.]+)ms", log).group(1))
     provenance = json.loads((run_dir / "provenance.json").read_text())
     from agent.night.data import content_hash
 
@@ -148,6 +148,6 @@ def test_an_llm_researcher_is_told_which_config_lines_the_command_fixes(tmp_path
     assert "Fixed by the command: its flags override these lines of config/train_shakespeare_char.py" in setup
     for line in ("batch_size (line 18) by --batch_size=12", "block_size (line 19) by --block_size=64",
                  "n_head (line 23) by --n_head=4", "n_embd (line 24) by --n_embd=128",
-                 "max_iters (line 28) by --max_iters=2000"):
+                 "max_iters (line 28) by --max_iters=500"):
         assert line in setup
     assert "width, batch and context size" not in program.prose
