@@ -63,7 +63,11 @@ activation = {"gelu": torch.nn.GELU, "relu": torch.nn.ReLU}[model_cfg["activatio
 layers = [torch.nn.Embedding(256, 32), torch.nn.Flatten(), torch.nn.Linear(32 * context, model_cfg["hidden"]), activation()]
 for _ in range(model_cfg["n_layer"] - 1):
     layers += [torch.nn.Linear(model_cfg["hidden"], model_cfg["hidden"]), activation()]
-model = torch.nn.Sequential(*layers, torch.nn.Linear(model_cfg["hidden"], 256))
+# Lightning's trainer.accelerator: auto takes the GPU when there is one, cpu keeps the CPU.
+device = "cuda" if trainer_cfg.get("accelerator", "auto") in ("auto", "gpu", "cuda") and torch.cuda.is_available() else "cpu"
+train, val_x, val_y = train.to(device), val_x.to(device), val_y.to(device)
+model = torch.nn.Sequential(*layers, torch.nn.Linear(model_cfg["hidden"], 256)).to(device)
+print(f"accelerator: {device}")
 optimizer = torch.optim.AdamW(model.parameters(), lr=float(opt_cfg["lr"]),
                               weight_decay=float(opt_cfg["weight_decay"]), betas=tuple(opt_cfg["betas"]))
 
@@ -74,8 +78,8 @@ batches = trainer_cfg["limit_train_batches"]
 for epoch in range(trainer_cfg["max_epochs"]):
     model.train()
     for _ in range(batches):
-        at = torch.randint(0, len(train) - context - 1, (data_cfg["batch_size"],))
-        x = torch.stack([train[i: i + context] for i in at.tolist()])
+        at = torch.randint(0, len(train) - context - 1, (data_cfg["batch_size"],), device=device)
+        x = train[at[:, None] + torch.arange(context, device=device)]
         loss = torch.nn.functional.cross_entropy(model(x), train[at + context])
         optimizer.zero_grad()
         loss.backward()

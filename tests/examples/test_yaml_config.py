@@ -25,7 +25,7 @@ def test_a_night_over_a_yaml_config(tmp_path, data_root):
     assert all(r.ok and r.metrics["epochs"] > 0 for r in baseline)
     run_dir = repo / "results" / "y" / "runs" / baseline[0].run_id
     log = (run_dir / "log.txt").read_text()
-    assert "OMP_NUM_THREADS=2" in log and "Time limit reached" in log
+    assert "OMP_NUM_THREADS=1" in log and "Time limit reached" in log
     provenance = json.loads((run_dir / "provenance.json").read_text())
     assert provenance["determinism"]["budget_kind"] == "wall_clock"
     assert provenance["outputs"]["kept"]["out"] == {"lightning_logs/version_0/hparams.yaml":
