@@ -202,12 +202,14 @@ def budget_fix(program: Program, planned: StepCount | None) -> str:
 
 @dataclass(frozen=True)
 class StoppedEarly:
-    """A run that `check` stopped because it could not finish inside budget + grace."""
+    """A run that `check` stopped because it could not finish inside budget + grace, or
+    that was killed there (`killed`), with what its progress lines showed."""
 
     seed: int
     after_s: float
-    sentence: str              # the estimate, as `RunLength.sentence` says it
+    sentence: str              # the estimate, as `RunLength.sentence` says it, or what was seen
     fix: str
+    killed: bool = False       # killed at budget + grace (judged as usual, `sentence` added)
 
 
 def judge_runs(verdict: Verdict, runs: list[RunFinished], program: Program, results_dir: Path,
@@ -217,7 +219,7 @@ def judge_runs(verdict: Verdict, runs: list[RunFinished], program: Program, resu
     the result, budget respected, nothing written outside the allowed places. `planned`: the
     run's step count as the command or target sets it; `stopped`: `check` stopped the
     first run early, so only the budget can be judged."""
-    if stopped is not None:
+    if stopped is not None and not stopped.killed:
         verdict.add("metric found", None, f"not known: seed {stopped.seed} was stopped after "
                     f"{stopped.after_s:.0f} s, before its end (see budget respected)")
         verdict.add("seeds change the result", None, "not known: no second seed was run once the "
@@ -229,8 +231,12 @@ def judge_runs(verdict: Verdict, runs: list[RunFinished], program: Program, resu
         return
     metric = program.metric
     ok = [r for r in runs if r.ok and r.metric is not None]
-    failed = [r for r in runs if not r.ok]
-    if failed:
+    failed = [r for r in runs if not r.ok and r.status.value != "timeout"]
+    killed = [r for r in runs if r.status.value == "timeout"]
+    if killed and not failed and not ok:
+        verdict.add("metric found", None, f"not known: seed {killed[0].seed} was killed at budget + "
+                    f"grace before it reported (see budget respected)")
+    elif failed:
         worst = failed[0]
         verdict.add("metric found", False, f"seed {worst.seed}: {worst.status.value}: {worst.reason}",
                     _fix_for(worst, results_dir, budget_fix(program, planned)))
@@ -256,8 +262,9 @@ def judge_runs(verdict: Verdict, runs: list[RunFinished], program: Program, resu
     over = [(r, j) for r, j in judged if j.kind == "over_budget"]
     timeouts = [r for r in runs if r.status.value == "timeout"]
     if timeouts:
+        seen = f"; {stopped.sentence}" if stopped is not None and stopped.killed else ""
         verdict.add("budget respected", False, f"seed {timeouts[0].seed} was still running past "
-                    f"budget + grace ({budget_s:g} s + {program.grace_s:g} s) and was killed",
+                    f"budget + grace ({budget_s:g} s + {program.grace_s:g} s) and was killed{seen}",
                     budget_fix(program, planned))
     elif over:
         verdict.add("budget respected", False, over[0][1].note, budget_fix(program, planned))

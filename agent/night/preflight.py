@@ -166,13 +166,13 @@ def _run_seeds(executor: RunExecutor, head: str, program: Program, say: Say,
             return runs, StoppedEarly(seed, run.duration_s or estimate.elapsed_s,
                                       estimate.sentence(plan.budget_s),
                                       length_fix(estimate, plan.steps, plan.command, plan.budget_s))
-        measured = f"; {watch.estimate.sentence(plan.budget_s)}" if watch.estimate else ""
         say(f"  seed {seed}: {run.status.value} "
             + (f"{program.metric} {run.metric:.6g}" if run.metric is not None else run.reason)
             + f" ({run.duration_s or 0:.1f} s)")
         if run.status == Status.TIMEOUT:
-            say(f"  seed {seed} was killed at budget + grace{measured}; no further seed is run")
-            return runs, None
+            shown = watch.progress(plan.budget_s)
+            say(f"  seed {seed} was killed at budget + grace: {shown}; no further seed is run")
+            return runs, StoppedEarly(seed, run.duration_s or 0.0, shown, "", killed=True)
     return runs, None
 
 

@@ -107,6 +107,20 @@ class RunLengthWatch:
                 self._last = (now, point.step)
                 self._update()
 
+    def progress(self, budget_s: float) -> str:
+        """What the run's progress lines showed, for a run killed at the deadline."""
+        if self.estimate is not None:
+            return self.estimate.sentence(budget_s)
+        total = self._total or ((self._steps.steps, self._steps.origin(self._target)) if self._steps else None)
+        if self._first is not None:
+            seconds, step = self._first
+            of = f" of {total[0]} ({total[1]})" if total else ""
+            return (f"its first progress line ({self._unit} {step}{of}) came only after {seconds:.0f} s, "
+                    f"so not one step could be timed before the kill: what comes before the first "
+                    f"step (startup, a first evaluation) takes that long at this pace")
+        return ("it printed no progress line that Nightshift reads (`iter N:` or `step N |` lines, "
+                "metrics_pattern's groups, a tqdm bar), so its pace could not be timed")
+
     def _update(self) -> None:
         total = self._total or ((self._steps.steps, self._steps.origin(self._target)) if self._steps else None)
         if total is None or self._first is None or self._last is None:

@@ -138,3 +138,23 @@ def test_check_in_docker_sees_the_data_and_the_out_folder_where_the_container_ha
     logs = list((repo / "results" / "nightshift-check" / "runs").glob("*-s0-*/log.txt"))
     log = logs[0].read_text()
     assert "Overriding config with /out/seed.py" in log and "found 20000 train" in log
+
+
+def test_a_run_whose_first_evaluation_outlasts_the_deadline_is_said_so_and_ends_check(tmp_path, data_root):
+    """Real nanoGPT's GPU-sized config on 2 busy cores: the first evaluation took 410 s, so
+    the first iteration line came just before the kill at 420 s and no step could be timed.
+    check says what it saw, names the step flag, and runs no second seed."""
+    repo = example_repo(tmp_path / "nanoGPT", "nanogpt", budget="2s", grace="4s", command=(
+        "python train.py config/train_shakespeare_char.py --device=cpu --max_iters=2000 "
+        "--iter_sleep=4.0 --eval_sleep=2.5"))
+    done = nightshift(repo, "check", env=cli_env(data_root))
+    assert done.returncode == 1, done.stdout + done.stderr
+    out = " ".join(done.stdout.split())
+    assert re.search(r"seed 0 was killed at budget \+ grace: its first progress line \(iteration 0 of 2000 "
+                     r"\(--max_iters=2000 in command\)\) came only after \d s, so not one step could be timed", out), out
+    assert "on seed 1 (" not in out
+    found = lines(done.stdout)
+    assert found["metric found"].startswith("--   metric found: not known: seed 0 was killed")
+    assert found["budget respected"].startswith("FAIL budget respected: seed 0 was still running past budget + grace")
+    assert "its first progress line" in found["budget respected"]
+    assert "1 problem:" in done.stdout and "--max_iters=2000 in command" in out.split("1 problem:")[1]
