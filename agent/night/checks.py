@@ -196,8 +196,9 @@ def budget_fix(program: Program, planned: StepCount | None) -> str:
     if planned is None:
         return BUDGET_FIX
     where = planned.origin(program.target)
-    return (f"the script runs a step count ({where}), not the budget: set budget to what a run "
-            f"of it takes (`nightshift check` estimates it), or lower the count")
+    return (f"the script runs a step count ({where}), not the budget: lower the count or the work "
+            f"per step, or set budget to what a run of it takes (check gives the pace once it can "
+            f"time the steps between two progress lines)")
 
 
 @dataclass(frozen=True)
