@@ -49,7 +49,7 @@ def test_a_night_over_nanogpt_without_editing_it(tmp_path, data_root):
     assert context["environment"]["data"]["corpus_hash"] == first.data_hash    # the report's data corpus
     assert context["facts"]["corpus_hash"] == first.data_hash
     assert provenance["determinism"]["budget_kind"] == "step"
-    assert provenance["run_env"] == {"OMP_NUM_THREADS": "2"}
+    assert provenance["run_env"] == {"OMP_NUM_THREADS": "1"}
     assert provenance["data_mount"][0]["path"] == "data/shakespeare_char"
     assert provenance["outputs"]["dropped"]["work"] == {"out-shakespeare-char/ckpt.pt": 1_500_000}
     assert not (run_dir / "work" / "out-shakespeare-char" / "ckpt.pt").exists()
