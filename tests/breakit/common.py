@@ -15,7 +15,7 @@ from pathlib import Path
 from agent.night.leftovers import run_processes
 from agent.record.events import parse_event
 from agent.record.state import fold
-from agent.record.views import TSV_FILE, tsv_value
+from agent.record.views import BASELINE, TSV_FILE, baseline_row, tsv_value
 from sandbox import Status
 from tests.loop_helpers import git_out, make_repo, set_front_matter
 from tests.night.test_scheduler import PROGRAM, SLEEPY
@@ -95,6 +95,11 @@ def _check_tsv(repo: Path, tag: str, state) -> None:
         return
     with open(path, newline="", encoding="utf-8") as handle:
         rows = list(csv.DictReader(handle, delimiter="\t"))
+    base = baseline_row(state)
+    if rows and rows[0]["description"] == BASELINE:   # the base commit's reference mean
+        assert base is not None and rows[0]["commit"] == base[0][:7], "results.tsv's baseline disagrees"
+        assert abs(float(rows[0]["val_bpb"]) - base[1]) <= 5e-7, "results.tsv's baseline value disagrees"
+        rows = rows[1:]
     assert [(r["commit"], r["status"]) for r in rows] == \
         [((e.commit or "0000000")[:7], e.verdict.value) for e in decided], "results.tsv disagrees"
     for row, experiment in zip(rows, decided):

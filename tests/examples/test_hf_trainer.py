@@ -29,4 +29,4 @@ def test_a_night_over_a_trainer_script(tmp_path, data_root):
     assert git_out(repo, "diff", "--name-only", head, experiment.commit) == "run_train.py"
     diff = git_out(repo, "diff", "-U0", head, experiment.commit)
     assert "field(default=" in diff and set(experiment.extra["params"]) <= {
-        "learning_rate", "warmup_ratio", "weight_decay", "lr_scheduler_type"}
+        "learning_rate", "warmup_steps", "weight_decay", "lr_scheduler_type"}

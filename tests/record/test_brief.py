@@ -107,3 +107,13 @@ def test_a_flagged_candidate_is_named_with_its_reason_and_the_goal_restated(tmp_
     assert "What counts is the lowest val_bpb that the harness measures on held-out data" in brief.recent
     assert "failed to run" not in brief.recent        # an integrity verdict is not counted as a crash
     assert "Flagged" not in build_brief(night(tmp_path / "clean", 2).state, plan).recent
+
+
+def test_lines_the_command_overrides_are_named_fixed_in_the_setup(tmp_path):
+    fixed = ("batch_size (line 18) by --batch_size=12", "n_embd (line 24) by --n_embd=128")
+    plan = EvaluationPlan(**{**PLAN.__dict__, "target": "config/train_shakespeare_char.py", "fixed": fixed})
+    setup = build_brief(night(tmp_path, 1).state, plan).setup
+    assert ("Fixed by the command: its flags override these lines of config/train_shakespeare_char.py, "
+            "so editing them changes nothing that runs") in setup
+    assert "batch_size (line 18) by --batch_size=12; n_embd (line 24) by --n_embd=128." in setup
+    assert "Fixed by the command" not in build_brief(night(tmp_path / "b", 1).state, PLAN).setup
