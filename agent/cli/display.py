@@ -90,9 +90,10 @@ class RichObserver:
         if run.queued_s is not None:
             where += f", {run.queued_s:.0f}s queued"
         over = f" [yellow]past its budget by {run.over_budget_s:g}s[/yellow]" if run.over_budget_s else ""
+        graded = f" + evaluation {run.eval_duration_s:.0f}s" if run.eval_duration_s is not None else ""
         self.console.print(f"  {who}{run.experiment or 'incumbent'} seed {run.seed} "
                            f"{run.role.value:<9} [{colour}]{run.status.value}[/{colour}] "
-                           f"{shown} ({run.duration_s or 0:.0f}s{where}){over}", soft_wrap=not run.ok)
+                           f"{shown} ({run.duration_s or 0:.0f}s{graded}{where}){over}", soft_wrap=not run.ok)
 
     def decided(self, event: DecisionMade) -> None:
         colour = _VERDICT_COLOUR.get(event.verdict, "red")
