@@ -29,7 +29,7 @@ def test_a_night_over_nanogpt_without_editing_it(tmp_path, data_root):
 
     state = loop_state(repo, "n1")
     baseline = [r for r in state.runs if r.commit == head]
-    assert len({r.metric for r in baseline}) == len(baseline) >= 2        # the seed reached it
+    assert len({r.metric for r in baseline}) == len({r.seed for r in baseline}) >= 2        # the seed reached it
     first = baseline[0]
     assert set(first.metrics) >= {"val_loss", "iter", "train_loss", "ms_per_iter"}   # from the patterns
     assert first.metrics["iter"] == 500 and first.over_budget_s is None
@@ -105,7 +105,8 @@ def test_the_readme_shows_the_nanogpt_example_in_full():
     from tests.loop_helpers import PROJECT
 
     readme = (PROJECT / "README.md").read_text()
-    block = readme.split("```yaml\n", 1)[1].split("```", 1)[0]
+    block = readme.split("```yaml\n---\n# karpathy/nanoGPT", 1)[1].split("```", 1)[0]
+    block = "---\n# karpathy/nanoGPT" + block
     example = (PROJECT / "examples" / "nanogpt" / "program.md").read_text()
     assert example.startswith(block)
 
