@@ -100,6 +100,7 @@ class SlurmWorkers(Workers):
         self._entries: dict[str, _Entry] = {}
         self._submit_queue: list[str] = []
         self._submitted: list[str] = []              # every job id of this session
+        self._forgotten: list[Any] = []              # submitit paths of the jobs reported
         self._wake = threading.Event()
         self._closing = threading.Event()
         self._last_squeue = 0.0
@@ -160,6 +161,10 @@ class SlurmWorkers(Workers):
                 time.sleep(0.2)
         except queue.SlurmError as error:
             print(f"nightshift: {error}", file=sys.stderr)
+        # a job cancelled as it finished may write its answer after it was forgotten: once
+        # none of this session's jobs is active, nothing writes there any more
+        for paths in self._forgotten:
+            remove_job_files(paths)
         self.area.close()
 
     def describe(self) -> dict[str, Any]:
@@ -403,6 +408,7 @@ class SlurmWorkers(Workers):
                 except OSError:
                     pass
             remove_job_files(paths)
+            self._forgotten.append(paths)
         with self._lock:
             needed = {path for e in self._entries.values() for path in e.inputs}
         self.area.release(entry.job.run_id, entry.inputs, needed)

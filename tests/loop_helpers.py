@@ -76,3 +76,13 @@ def loop_state(repo: Path, tag: str):
 def git_out(repo: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
                           check=True).stdout.strip()
+
+
+def seeds_reach_the_metric(runs) -> bool:
+    """Each seed's first run scored differently: the script took the seed it was given.
+    Only the first: a time-budgeted run repeated on the same seed (the night's seeds.repeat)
+    does a different number of steps, so its score differs too, and that is no seed."""
+    first: dict[int, float] = {}
+    for run in runs:
+        first.setdefault(run.seed, run.metric)
+    return len(first) >= 2 and len(set(first.values())) == len(first)

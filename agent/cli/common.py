@@ -31,6 +31,11 @@ class CtrlC:
 
     def __init__(self) -> None:
         self.pressed = False
+        self.reported = False   # "interrupted" was printed
+
+    def report(self) -> None:
+        self.reported = True
+        err.print("\ninterrupted")
 
     def __call__(self, signum: int, frame: Any) -> None:
         self.pressed = True
@@ -53,7 +58,7 @@ def interruptible(command: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return command(*args, **kwargs)
         except KeyboardInterrupt:
-            err.print("\ninterrupted")
+            CTRL_C.report()
             raise typer.Exit(ExitCode.INTERRUPTED) from None
         except Exception:
             # A Ctrl-C inside a C extension's import comes out as that import's error
@@ -61,7 +66,7 @@ def interruptible(command: Callable[..., Any]) -> Callable[..., Any]:
             # once Ctrl-C was pressed, whatever it broke is the interruption.
             if not CTRL_C.pressed:
                 raise
-            err.print("\ninterrupted")
+            CTRL_C.report()
             raise typer.Exit(ExitCode.INTERRUPTED) from None
         finally:
             if threading.current_thread() is threading.main_thread():
