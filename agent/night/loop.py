@@ -39,7 +39,9 @@ from agent.decide.scoring import score_prediction
 from agent.night.admission import Fate, admit, commit_message, proposal_diff
 from agent.night.checks import baseline_verdict, judge_budget
 from agent.night.context import evaluation_plan, research_context
+from agent.night.early_stops import EarlyStopping, stop_decision, stopped_reason
 from agent.night.failures import describe_error
+from agent.night.live import LiveCurves
 from agent.night.observer import Observer, QuietObserver
 from agent.night.priority import RunRequest, runs_wanted
 from agent.night.proposals import Arm, Ready, Researchers
@@ -49,9 +51,10 @@ from agent.program import Program
 from agent.record.events import (Decision, DecisionMade, ExitCode, ExperimentInvalid,
                                  ExperimentProposed, LookTaken, LoopResumed, LoopStarted,
                                  LoopStopped, Prediction, ProposalAsked, ProposalReady,
-                                 ProposalRebased, Role, RunBegan, RunFinished, RunQueued, Usage,
-                                 Verdict)
+                                 ProposalRebased, Role, RunBegan, RunFinished, RunQueued,
+                                 RunStoppedEarly, Usage, Verdict)
 from agent.record.ledger import Ledger
+from agent.record.curves import Curve
 from agent.record.state import Experiment, LoopState
 from agent.record.views import write_tsv
 from agent.researchers import Outcome, Proposal, ResearchContext, Researcher, ResearcherError
@@ -118,6 +121,10 @@ class ResearchLoop:
         self._wake = threading.Event()          # set whenever an event is queued
         self.workers = self.make_workers(lambda outcome: self._queue("run", outcome),
                                          lambda news: self._queue("dispatch", news))
+        # the curves of the runs in flight, as they print them; a checkpoint passed wakes the loop
+        self.live = LiveCurves(self.program.metrics_pattern, self.program.early_stop.checkpoints,
+                               self._wake.set)
+        self.early = EarlyStopping(self.program.early_stop, self.rule, self.program.direction)
 
     @property
     def state(self) -> LoopState:
@@ -174,6 +181,7 @@ class ResearchLoop:
     def _night(self, stop: StopRules) -> str:
         while True:
             self._handle_events()
+            self._check_curves()
             self._advance()
             reason = stop.reached(self._decided_here)
             if self._researcher_error and not self.state.pending_experiments() and not self._ready:
@@ -300,6 +308,7 @@ class ResearchLoop:
         if news.node is None:
             self.ledger.append(RunQueued(run_id=news.run_id, job_id=news.job_id))
         else:
+            self.live.began(news.run_id)
             self.ledger.append(RunBegan(run_id=news.run_id, job_id=news.job_id, node=news.node,
                                         queued_s=news.queued_s))
         self.observer.dispatched(news)
@@ -308,14 +317,16 @@ class ResearchLoop:
         if outcome.run_id not in self._running:
             return   # reported twice (a backend's retry): the first report stands
         job, request, _ = self._running.pop(outcome.run_id)
-        run = self.executor.finish(job, outcome)
+        stop = self.state.early_stops.get(outcome.run_id)
+        run = self.executor.finish(job, outcome, curve=self.live.finish(outcome.run_id),
+                                   stopped=stopped_reason(stop) if stop else None)
         self.observer.run_finished(run)
         self._drop_unused_snapshots()
         if not deciding or run.status.value == "interrupted":
             return
         if run.role == Role.CANDIDATE and not run.ok:
             experiment = self.state.experiments.get(run.experiment or "")
-            if experiment is not None and not experiment.decided:
+            if experiment is not None and not experiment.decided and experiment.stopped_early is None:
                 self._decide(experiment, Verdict.of_run(run.status), None,
                              f"{run.status.value} on seed {run.seed}: {run.reason}")
         elif run.role == Role.REFERENCE and not run.ok:
@@ -340,6 +351,12 @@ class ResearchLoop:
             flag = self._integrity(experiment)
             if flag is not None:   # bent how it is measured: never kept, whatever the numbers
                 self._decide(experiment, flag.verdict, None, flag.reason, flag.evidence)
+                continue
+            stop = experiment.stopped_early
+            if stop is not None:   # a run of it was stopped early: a discard once its runs ended
+                if not any(r.experiment == experiment.id for _, r, _ in self._running.values()):
+                    self._decide(experiment, Verdict.DISCARD, stop_decision(
+                        experiment, stop, self.state.reference(experiment.parent)), stop.reason)
                 continue
             if self._waiting(experiment):
                 continue
@@ -390,6 +407,10 @@ class ResearchLoop:
         reference = self.state.reference(experiment.parent)
         return (any(seed not in candidate for seed in asked.candidate_seeds)
                 or any(seed not in reference for seed in asked.reference_seeds))
+
+    def _evidence_with(self, experiment: Experiment, candidate: dict[int, float]) -> Evidence:
+        """The evidence the rule would see if the candidate's values were `candidate`."""
+        return dataclasses.replace(self._evidence(experiment), candidate=candidate)
 
     def _evidence(self, experiment: Experiment) -> Evidence:
         state = self.state
@@ -495,8 +516,40 @@ class ResearchLoop:
                                     slot=slot, label=request.label)
         self.observer.run_started(job.run_id, slot, request.commit, request.seed, request.role,
                                   request.experiment, job.spec.budget_s, request.label)
-        self.workers.submit(slot, job, on_output=self.observer.output)
+        self.live.start(job.run_id, job.spec.budget_s)
+        self.workers.submit(slot, job, on_output=self._output)
         self._running[job.run_id] = (job, request, slot)
+
+    def _output(self, run_id: str, line: str) -> None:
+        """A line a run printed (on a worker's thread): its curve, and the display."""
+        self.live.feed(run_id, line)
+        self.observer.output(run_id, line)
+
+    def _check_curves(self) -> None:
+        """Judge each candidate run in flight whose curve crossed a checkpoint: a losing one is
+        stopped (recorded first, then its candidate's runs are cancelled; `_advance` records the
+        discard once they ended), one that cannot be paired is recorded so."""
+        for run_id, (job, request, _) in list(self._running.items()):
+            started = self.state.in_flight.get(run_id)
+            if request.role != Role.CANDIDATE or started is None:
+                continue
+            event = self.early.check(self.state, started, self.live.curve(run_id),
+                                     self.live.clock(run_id), self._evidence_with,
+                                     self._running_curve, job.spec.budget_s)
+            if event is None:
+                continue
+            self.ledger.append(event)
+            if isinstance(event, RunStoppedEarly):
+                self.observer.message(f"{event.experiment}: {event.reason}")
+                self._asked.pop(event.experiment, None)
+                self._cancel_runs_of(event.experiment)
+
+    def _running_curve(self, commit: str, seed: int) -> Curve | None:
+        """The curve so far of the incumbent's run on `seed`, when one is in flight."""
+        for run_id, (_, request, _) in self._running.items():
+            if (request.commit, request.seed, request.role) == (commit, seed, Role.REFERENCE):
+                return self.live.curve(run_id)
+        return None
 
     def _cancel_runs_of(self, experiment_id: str) -> None:
         for run_id, (_, request, _) in list(self._running.items()):
