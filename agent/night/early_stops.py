@@ -62,20 +62,22 @@ class EarlyStopping:
         self._same: dict[tuple[str, int], RunFinished] = {}
         self._references: dict[str, list[RunFinished]] = {}
 
-    def check(self, state: LoopState, run: RunStarted, curve: Curve, clock: float,
+    def check(self, state: LoopState, run: RunStarted, curve: Curve,
               evidence: Callable[[Experiment, dict[int, float]], Evidence],
               running_curve: Callable[[str, int], Curve | None],
               budget_s: float) -> RunStoppedEarly | RunUnpaired | None:
-        """Judge candidate run `run` if its curve (or, printing none, the harness's `clock`)
-        crossed a checkpoint since the last look: the event to record, or None to go on.
-        `evidence(experiment, candidate values)`: the keep rule's evidence with those values;
-        `running_curve(commit, seed)`: the curve so far of a reference run in flight."""
-        if not self.settings.enabled or run.role != Role.CANDIDATE or run.run_id in self._done:
+        """Judge candidate run `run` if its curve crossed a checkpoint since the last look: the
+        event to record, or None to go on. `evidence(experiment, candidate values)`: the keep
+        rule's evidence with those values; `running_curve(commit, seed)`: the curve so far of a
+        reference run in flight."""
+        if not self._judges(run):
             return None
         experiment = state.experiments.get(run.experiment or "")
         if experiment is None or experiment.decided or experiment.stopped_early is not None:
             return None
-        position = curve.reached if curve.points else clock
+        if not curve.points:
+            return None          # no progress line yet (start-up is on the harness's clock)
+        position = curve.reached
         crossed = sum(1 for c in self.settings.checkpoints if c <= position)
         if crossed <= self._judged.get(run.run_id, 0):
             return None
@@ -111,6 +113,20 @@ class EarlyStopping:
             saved_s=round(max(1.0 - position, 0.0) * budget_s + evaluation_s(state), 1),
             reason=f"{verdict.reason}, on seed {run.seed} against the incumbent's "
                    f"{'run on it' if partner.kind == SAME_SEED else 'mean curve'}")
+
+    def finished(self, run: RunFinished) -> RunUnpaired | None:
+        """A candidate run that ended without a single progress line: why it was never judged
+        (said at its end, as the harness's clock counts start-up, which may take a share of the
+        budget before the first line)."""
+        if not self._judges(run) or run.curve is not None:
+            return None
+        self._done.add(run.run_id)
+        return RunUnpaired(run_id=run.run_id, experiment=run.experiment,
+                           reason="the run printed no progress lines the harness could read "
+                                  "(a loss, and a step or its training time)")
+
+    def _judges(self, run: RunStarted | RunFinished) -> bool:
+        return self.settings.enabled and run.role == Role.CANDIDATE and run.run_id not in self._done
 
     def partner(self, state: LoopState, incumbent: str, seed: int,
                 running_curve: Callable[[str, int], Curve | None] | None = None,

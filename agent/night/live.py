@@ -90,12 +90,6 @@ class LiveCurves:
             run = self._runs.get(run_id)
             return run.curve() if run is not None else Curve()
 
-    def clock(self, run_id: str) -> float:
-        """The share of its budget the run has been going for, by the harness's clock."""
-        with self._lock:
-            run = self._runs.get(run_id)
-            return (time.monotonic() - run.began) / run.budget_s if run and run.budget_s > 0 else 0.0
-
     def finish(self, run_id: str) -> Curve | None:
         """The run's whole curve, compact for the ledger (None: it printed no progress lines),
         and the run forgotten."""

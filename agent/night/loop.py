@@ -320,6 +320,9 @@ class ResearchLoop:
         stop = self.state.early_stops.get(outcome.run_id)
         run = self.executor.finish(job, outcome, curve=self.live.finish(outcome.run_id),
                                    stopped=stopped_reason(stop) if stop else None)
+        unpaired = self.early.finished(run) if run.status != Status.INTERRUPTED else None
+        if unpaired is not None:
+            self.ledger.append(unpaired)
         self.observer.run_finished(run)
         self._drop_unused_snapshots()
         if not deciding or run.status.value == "interrupted":
@@ -534,8 +537,7 @@ class ResearchLoop:
             if request.role != Role.CANDIDATE or started is None:
                 continue
             event = self.early.check(self.state, started, self.live.curve(run_id),
-                                     self.live.clock(run_id), self._evidence_with,
-                                     self._running_curve, job.spec.budget_s)
+                                     self._evidence_with, self._running_curve, job.spec.budget_s)
             if event is None:
                 continue
             self.ledger.append(event)
