@@ -31,6 +31,7 @@ from agent.decide import noise
 from agent.decide.decision import DecisionRule, Evidence
 from agent.decide.early_stop import (PRIOR, CannotPair, EarlyStopSettings, FinishedPair, Prior,
                                      Stop, judge)
+from agent.night.in_flight import InFlight
 from agent.record.curves import Curve, mean_curve
 from agent.record.events import (Decision, Role, RunFinished, RunStarted, RunStoppedEarly,
                                  RunUnpaired, Verdict)
@@ -62,6 +63,19 @@ class EarlyStopping:
         self._same: dict[tuple[str, int], RunFinished] = {}
         self._references: dict[str, list[RunFinished]] = {}
 
+    def look(self, state: LoopState, flight: InFlight,
+             evidence: Callable[[Experiment, dict[int, float]], Evidence]) -> list[RunStoppedEarly | RunUnpaired]:
+        """Judge each candidate run in flight whose curve crossed a checkpoint since the last
+        look: what to record (the loop cancels a stopped run's candidate's runs)."""
+        events = []
+        for run_id, job in flight.candidates():
+            started = state.in_flight.get(run_id)
+            event = started and self.check(state, started, flight.live.curve(run_id), evidence,
+                                           flight.reference_curve, job.spec.budget_s)
+            if event:
+                events.append(event)
+        return events
+
     def check(self, state: LoopState, run: RunStarted, curve: Curve,
               evidence: Callable[[Experiment, dict[int, float]], Evidence],
               running_curve: Callable[[str, int], Curve | None],
@@ -77,7 +91,8 @@ class EarlyStopping:
             return None
         if not curve.points:
             return None          # no progress line yet (start-up is on the harness's clock)
-        position = curve.reached
+        total = self._total_steps(state, experiment.parent, run.seed) if curve.placed == "clock" else None
+        position = curve.on_steps(total).reached if total else curve.reached
         crossed = sum(1 for c in self.settings.checkpoints if c <= position)
         if crossed <= self._judged.get(run.run_id, 0):
             return None
@@ -97,7 +112,8 @@ class EarlyStopping:
             step = self.rule.next(evidence(experiment, {**values, run.seed: value}))
             return isinstance(step, Decision) and step.verdict == Verdict.DISCARD
 
-        verdict = judge(curve, partner.curve, self.pairs(state), self.settings, scale=scale or 0.0,
+        mine, theirs = aligned(curve, partner.curve, total)
+        verdict = judge(mine, theirs, self.pairs(state), self.settings, scale=scale or 0.0,
                         now=position, loses=loses, prior=self.prior)
         if isinstance(verdict, CannotPair):
             self._done.add(run.run_id)
@@ -147,6 +163,16 @@ class EarlyStopping:
             return Partner(going, None, SAME_SEED)
         return self._mean(state, incumbent)
 
+    def _total_steps(self, state: LoopState, incumbent: str, seed: int) -> int | None:
+        """The steps a step-budgeted run takes, by the incumbent's finished runs (its run on
+        this seed, else the median of its reference runs): the same command, the same steps."""
+        self._index(state)
+        same = self._same.get((incumbent, seed))
+        runs = [same] if same is not None else self._references.get(incumbent, [])
+        lasts = [r.curve.points[-1].step for r in runs if r.curve and r.curve.points
+                 and r.curve.points[-1].step]
+        return int(statistics.median(lasts)) if lasts else None
+
     def _index(self, state: LoopState) -> None:
         for run in state.runs[self._indexed:]:
             if run.role == Role.REFERENCE and run.ok and run.metric is not None:
@@ -182,9 +208,21 @@ def finished_pairs(stopping: EarlyStopping, state: LoopState) -> list[FinishedPa
         partner = stopping.partner(state, experiment.parent, run.seed)
         if partner is None or partner.final is None or not partner.curve.points:
             continue
-        pairs.append(FinishedPair.of(run.curve, partner.curve, sign * (partner.final - run.metric),
+        total = (stopping._total_steps(state, experiment.parent, run.seed)
+                 if "clock" in (run.curve.placed, partner.curve.placed) else None)
+        mine, theirs = aligned(run.curve, partner.curve, total)
+        pairs.append(FinishedPair.of(mine, theirs, sign * (partner.final - run.metric),
                                      stopping.settings.checkpoints))
     return pairs
+
+
+def aligned(candidate: Curve, incumbent: Curve, total: int | None) -> tuple[Curve, Curve]:
+    """Two curves on one axis: where either was placed on the harness's clock (a script that
+    prints steps but no training time: nanoGPT's `iter N: loss X`), both by their steps over
+    the incumbent's `total`, so that a candidate slower per step is compared step for step."""
+    if not total or "clock" not in (candidate.placed, incumbent.placed):
+        return candidate, incumbent
+    return candidate.on_steps(total), incumbent.on_steps(total)
 
 
 def evaluation_s(state: LoopState) -> float:

@@ -21,6 +21,7 @@ from agent.decide.integrity import RunEvidence, StepEvidence, judge_run
 from agent.night import checks, grading, outputs
 from agent.night.data import PreparedData, folder_facts, repository_data
 from agent.night.live import LiveCurves
+from agent.night.observer import Observer
 from agent.program import Program
 from agent.record.curves import Curve
 from agent.record.events import Role, RunFinished, RunStarted
@@ -282,6 +283,17 @@ class RunExecutor:
 
 
 WHOLE_MACHINE = Slot(0, "cpu")
+
+
+def measure(executor: RunExecutor, observer: Observer, commit: str, seed: int, role: Role,
+            experiment: str | None, label: str) -> RunFinished:
+    """Run `commit` on `seed` on this process's runner, shown as it goes (`nightshift noise`):
+    the ledger's run_finished."""
+    observer.run_started("", WHOLE_MACHINE, commit, seed, role, experiment, executor.plan.budget_s,
+                         label)
+    run = executor.run(commit, seed, role, experiment, on_output=lambda line: observer.output("", line))
+    observer.run_finished(run)
+    return run
 
 
 def _step(result: RunResult) -> StepEvidence:

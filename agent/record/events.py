@@ -36,6 +36,7 @@ a field added to an event is written and read without more code.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping
 
@@ -74,6 +75,12 @@ class Event:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Event":
         return decode(cls, data)
+
+    @classmethod
+    def known(cls, facts: Mapping[str, Any]) -> dict[str, Any]:
+        """The entries of `facts` this event has fields for (a backend may say more)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        return {key: value for key, value in facts.items() if key in names}
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import statistics
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -36,6 +37,28 @@ def tsv_value(state: LoopState, experiment: Experiment) -> tuple[float | None, s
             return statistics.fmean(fresh), ""
         return experiment.mean(), " [selection mean: not yet measured on fresh seeds]"
     return experiment.mean(), ""
+
+
+class TsvWriter:
+    """results.tsv kept current while a night runs: rewritten at once when asked (`now`: the
+    night stops), else at most every `every_s`, since it holds every experiment and a rewrite
+    per decision would cost a long night time in proportion to its length; a rewrite put off
+    is made by `flush` once due. The ledger, not the TSV, is what a resume reads."""
+
+    def __init__(self, results_dir: Path, metric: str, every_s: float = 5.0) -> None:
+        self.results_dir, self.metric, self.every_s = results_dir, metric, every_s
+        self._written = float("-inf")       # the first decision writes it at once
+        self.stale = False                  # a decision since the last rewrite
+
+    def write(self, state: LoopState, now: bool = False) -> None:
+        self.stale = True
+        if now or time.monotonic() - self._written >= self.every_s:
+            write_tsv(state, self.results_dir, self.metric)
+            self._written, self.stale = time.monotonic(), False
+
+    def flush(self, state: LoopState) -> None:
+        if self.stale:
+            self.write(state)
 
 
 def write_tsv(state: LoopState, results_dir: Path, metric: str = "val_bpb") -> Path:
