@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from agent.record.curves import MAX_POINTS, Curve, CurvePoint, curve_point, shape_of
+from agent.record.curves import MAX_POINTS, Curve, CurvePoint, curve_point, placement, shape_of
 from sandbox.progress import ProgressReader
 
 KEEP_POINTS = 16 * MAX_POINTS   # a run printing more lines than this is thinned as it goes
@@ -33,9 +33,10 @@ class _Run:
     points: list[CurvePoint] = field(default_factory=list)
     batch_shape: str | None = None
     total_steps: int | None = None
+    placed: str | None = None        # how its first point was placed (agent.record.curves)
 
     def curve(self) -> Curve:
-        return Curve(tuple(self.points), self.batch_shape, self.total_steps)
+        return Curve(tuple(self.points), self.batch_shape, self.total_steps, self.placed)
 
 
 class LiveCurves:
@@ -78,6 +79,7 @@ class LiveCurves:
             if point is None or point.fraction < last:
                 return
             run.batch_shape = run.batch_shape or shape_of(progress.values)
+            run.placed = run.placed or placement(progress, run.total_steps)
             run.points.append(point)
             if len(run.points) > KEEP_POINTS:
                 run.points = list(run.curve().compact(KEEP_POINTS // 2).points)

@@ -14,6 +14,7 @@ Where a point sits on the budget, best source first:
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Mapping, Sequence
@@ -44,6 +45,9 @@ class Curve:
     points: tuple[CurvePoint, ...] = ()
     batch_shape: str | None = None
     total_steps: int | None = None
+    placed: str | None = None   # how its fractions were read: "elapsed" (the script's own
+                                # training clock), "steps" (of those it announced) or "clock"
+                                # (the harness's, start-up included); None: an older ledger
 
     @property
     def reached(self) -> float:
@@ -53,7 +57,7 @@ class Curve:
     def upto(self, fraction: float) -> "Curve":
         """The curve as it stood at `fraction` of the budget (what a live reader had then)."""
         return Curve(tuple(p for p in self.points if p.fraction <= fraction + 1e-12),
-                     self.batch_shape, self.total_steps)
+                     self.batch_shape, self.total_steps, self.placed)
 
     def compact(self, max_points: int = MAX_POINTS) -> "Curve":
         """At most `max_points`, evenly spread over the budget, first and last kept."""
@@ -69,7 +73,23 @@ class Curve:
                 i += 1
             if not chosen or chosen[-1] != i:
                 chosen.append(i)
-        return Curve(tuple(points[i] for i in chosen), self.batch_shape, self.total_steps)
+        return Curve(tuple(points[i] for i in chosen), self.batch_shape, self.total_steps, self.placed)
+
+    def on_steps(self, total: int) -> "Curve":
+        """The curve placed by its steps over `total` (a step-budgeted script that prints no
+        training clock: the harness's clock, start-up included, would put a slower candidate
+        behind at every share of the budget). Unchanged without a step on every point."""
+        if total <= 0 or not self.points or any(p.step is None for p in self.points):
+            return self
+        return Curve(tuple(dataclasses.replace(p, fraction=round(p.step / total, 5)) for p in self.points),
+                     self.batch_shape, total, "steps")
+
+
+def placement(progress: ProgressPoint, total_steps: int | None = None) -> str:
+    """How `curve_point` places this line: "elapsed", "steps" or "clock"."""
+    if progress.elapsed_s is not None:
+        return "elapsed"
+    return "steps" if (progress.total_steps or total_steps) and progress.step is not None else "clock"
 
 
 def curve_point(progress: ProgressPoint, budget_s: float, wall_s: float | None = None,
@@ -126,10 +146,14 @@ def mean_curve(curves: Sequence[Curve]) -> Curve | None:
     losses = mean(lambda c: [p.loss for p in c.points])
     with_lr = all(p.lr is not None for c in usable for p in c.points)
     lrs = mean(lambda c: [p.lr for p in c.points]) if with_lr else [None] * len(grid)
-    shapes = {c.batch_shape for c in usable}
-    totals = {c.total_steps for c in usable}
+    with_steps = all(p.step is not None for c in usable for p in c.points)
+    steps = mean(lambda c: [p.step for p in c.points]) if with_steps else [None] * len(grid)
+    shapes, totals, placed = ({c.batch_shape for c in usable}, {c.total_steps for c in usable},
+                              {c.placed for c in usable})
     return Curve(tuple(CurvePoint(fraction=round(float(f), 5), loss=_short(x),
+                                  step=None if k is None else int(round(k)),
                                   lr=None if lr is None else _short(lr))
-                       for f, x, lr in zip(grid, losses, lrs)),
+                       for f, x, k, lr in zip(grid, losses, steps, lrs)),
                  batch_shape=shapes.pop() if len(shapes) == 1 else None,
-                 total_steps=totals.pop() if len(totals) == 1 else None)
+                 total_steps=totals.pop() if len(totals) == 1 else None,
+                 placed=placed.pop() if len(placed) == 1 else None)

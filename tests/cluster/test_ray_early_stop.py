@@ -11,8 +11,8 @@ import pytest
 from agent.record.events import Verdict
 from sandbox import Status
 from tests.cluster.test_ray import ray_env
-from tests.loop_helpers import loop_state, make_repo, nightshift
-from tests.night.test_early_stop_night import CALIBRATION, CURVY, PROGRAM, UNDER_TEST
+from tests.loop_helpers import loop_state, nightshift
+from tests.night.test_early_stop_night import CALIBRATION, UNDER_TEST, night_repo
 
 pytestmark = pytest.mark.ray
 
@@ -56,8 +56,8 @@ def test_a_tasks_lines_reach_the_head_while_it_runs_in_order_and_before_its_end(
 def test_a_night_on_the_cluster_stops_a_clearly_worse_candidate_at_a_checkpoint(tmp_path, ray_address):
     script = [{"knobs": {"LEVEL": level}, "description": f"worse by {level - 2:.2f}"}
               for level in CALIBRATION] + UNDER_TEST[:2]
+    repo = night_repo(tmp_path)
     (tmp_path / "script.json").write_text(json.dumps(script))
-    repo = make_repo(tmp_path / "user", {"curvy.py": CURVY, "program.md": PROGRAM})
     done = nightshift(repo, "run", "--tag", "rs", "--cluster", "ray", "--workers", "2", "--script",
                       str(tmp_path / "script.json"), "--max-experiments", str(len(script)),
                       env=ray_env(tmp_path, ray_address), timeout=600)

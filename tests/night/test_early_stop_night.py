@@ -6,7 +6,8 @@ that crosses late is not stopped, an incumbent run is never stopped, a curve tha
 paired is recorded as such, a kill -9 in the middle of an early stop resumes to the same
 fold, and with four workers a worker freed by a stop takes the next run at once.
 
-The toy: each run's own luck shows on its curve as it trains (seeds share nothing, as on
+One night prints train.py's step lines, the other nanoGPT's `iter N: loss X` through program.md's
+`metrics_pattern`. The toy: each run's own luck shows on its curve as it trains (seeds share nothing, as on
 the CPU proxy), a candidate's change shows from the start and grows; the night's first
 candidates finish and calibrate the rule (its prior needs a dozen pairs before it trusts
 them), then the ones under test come.
@@ -41,10 +42,15 @@ for i in range(1, LINES + 1):
     f = i / LINES
     # the change shows from the start and grows; BEHIND: behind early, caught up by 75%
     loss = 3.0 - f + (LEVEL - 2.0) * f + BEHIND * max(0.0, 1 - f / 0.75) + luck * f + run.gauss(0.0, 0.01)
-    print(f"step {i * 10} | loss {loss:.4f} | lr 1.0e-02 | batch {BATCH} | context 64 | elapsed {f * budget:.2f}s", flush=True)
+    print(PROGRESS_LINE, flush=True)
 with open(os.path.join(os.environ["NIGHTSHIFT_OUT"], "result.json"), "w") as out:
     json.dump({"val_bpb": LEVEL + luck}, out)
 '''
+
+# the bundled train.py's step lines (its own training clock), or nanoGPT's (steps, no clock)
+TRAIN_PY = 'f"step {i * 10} | loss {loss:.4f} | lr 1.0e-02 | batch {BATCH} | context 64 | elapsed {f * budget:.2f}s"'
+NANOGPT = 'f"iter {i * 10}: loss {loss:.4f}, time {budget / LINES * 1000:.2f}ms, batch {BATCH}"'
+NANOGPT_PATTERN = r"metrics_pattern: 'iter (?P<iter>\d+): loss (?P<train_loss>[0-9.]+), time (?P<ms>[0-9.]+)ms, batch (?P<batch>\d+)'"
 
 PROGRAM = '''\
 ---
@@ -75,8 +81,10 @@ SCRIPT = [{"knobs": {"LEVEL": level}, "description": f"worse by {level - 2:.2f}"
           for level in CALIBRATION] + UNDER_TEST + AFTER
 
 
-def night_repo(tmp_path):
-    repo = make_repo(tmp_path / "user", {"curvy.py": CURVY, "program.md": PROGRAM})
+def night_repo(tmp_path, line: str = TRAIN_PY):
+    program = PROGRAM if line == TRAIN_PY else PROGRAM.replace("researcher: scripted\n",
+                                                               f"researcher: scripted\n{NANOGPT_PATTERN}\n")
+    repo = make_repo(tmp_path / "user", {"curvy.py": CURVY.replace("PROGRESS_LINE", line), "program.md": program})
     (tmp_path / "script.json").write_text(json.dumps(SCRIPT))
     return repo
 
@@ -171,7 +179,9 @@ def test_a_kill_9_in_the_middle_of_an_early_stop_resumes_to_the_same_fold(tmp_pa
 
 
 def test_with_four_workers_a_worker_freed_by_a_stop_takes_the_next_run_at_once(tmp_path):
-    repo = night_repo(tmp_path)
+    # nanoGPT's lines through program.md's metrics_pattern: steps and a loss, no training
+    # clock, so the curves are compared step for step (the incumbent's steps are the total)
+    repo = night_repo(tmp_path, NANOGPT)
     done = nightshift(repo, "run", "--tag", "w4", "--workers", "4", "--script",
                       str(tmp_path / "script.json"), "--max-experiments", str(len(SCRIPT)),
                       env=cli_env(tmp_path / "data"))
@@ -180,6 +190,7 @@ def test_with_four_workers_a_worker_freed_by_a_stop_takes_the_next_run_at_once(t
     assert done.returncode in (0, 3), done.stdout[-3000:] + done.stderr[-3000:]
     state = loop_state(repo, "w4")
     assert_early_stopping_held(state)
+    assert all(r.curve.placed == "clock" and r.curve.points[-1].step == 100 for r in state.runs if r.ok)
     everything = state.runs + [r for r in state.interrupted if isinstance(r, RunFinished)]
     checked = 0
     for stop in state.early_stops.values():
