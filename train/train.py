@@ -271,8 +271,10 @@ norm_t = torch.tensor(float("nan"))
 next_line, loss_sum, loss_steps = 0.0, 0.0, 0   # when the next progress line is due; its loss so far
 
 def progress_line(last_step):
-    """`step N | loss X | ... | elapsed Ys`: what the harness reads as the run's curve."""
-    print(f"step {last_step} | loss {loss_sum / loss_steps:.4f} | lr {lr_peak * lr_mult:.1e} | grad_norm {grad_norm:.3f} | "
+    """`step N | loss X | ... | elapsed Ys`: what the harness reads as the run's curve. The lr is
+    the schedule's at `elapsed` (not the last step's, set when it began): two runs on one
+    schedule then print the same lr at the same share of the budget, whatever their step times."""
+    print(f"step {last_step} | loss {loss_sum / loss_steps:.4f} | lr {lr_peak * lr_scale_at(train_time / BUDGET_S):.1e} | grad_norm {grad_norm:.3f} | "
           f"update_ratio {update_ratio:.1e} | batch {batch_size} | context {context_len} | elapsed {train_time:.1f}s", flush=True)
 
 model.train()
