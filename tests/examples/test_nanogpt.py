@@ -29,10 +29,14 @@ def test_a_night_over_nanogpt_without_editing_it(tmp_path, data_root):
 
     state = loop_state(repo, "n1")
     baseline = [r for r in state.runs if r.commit == head]
-    assert len({r.metric for r in baseline}) == len(baseline) >= 2        # the seed reached it
+    by_seed = {r.seed: r.metric for r in reversed(baseline)}             # a seed's repeat aside
+    assert len(set(by_seed.values())) == len(by_seed) >= 2                # the seed reached it
     first = baseline[0]
     assert set(first.metrics) >= {"val_loss", "iter", "train_loss", "ms_per_iter"}   # from the patterns
     assert first.metrics["iter"] == 2000 and first.over_budget_s is None
+    # its `iter N: loss X` lines, read live through metrics_pattern: the curve early stopping
+    # compares, step for step (no training clock printed)
+    assert first.curve.placed == "clock" and first.curve.points[-1].step == 2000
     run_dir = repo / "results" / "n1" / "runs" / first.run_id
     log = (run_dir / "log.txt").read_text()
     assert f"Overriding config with {run_dir / 'out' / 'seed.py'}" in log        # {out}, {seed}
@@ -95,6 +99,7 @@ def test_the_readme_shows_the_nanogpt_example_in_full():
     from tests.loop_helpers import PROJECT
 
     readme = (PROJECT / "README.md").read_text()
-    block = readme.split("```yaml\n", 1)[1].split("```", 1)[0]
+    blocks = [part.split("```", 1)[0] for part in readme.split("```yaml\n")[1:]]
+    (block,) = [b for b in blocks if "karpathy/nanoGPT" in b]     # the README has other YAML too
     example = (PROJECT / "examples" / "nanogpt" / "program.md").read_text()
     assert example.startswith(block)
