@@ -92,16 +92,24 @@ def runtime_mounts(labels: dict[str, str] | None, python: list[str] | None = Non
                 f"rebuild it: python -m sandbox.image build --mode host")
     current = python if python is not None else python_prefixes()
     if prefixes and sorted(prefixes) != sorted(current):
-        built = labels.get(LABEL_PYTHON) or " + ".join(prefixes)
+        # Name both environments by their prefixes: a virtualenv's interpreter resolves to its
+        # base's, so two environments can share one executable path.
+        built = _environment(labels.get(LABEL_PYTHON), prefixes)
+        running = _environment(sys.executable if python is None else None, current)
         raise ImageError(
-            f"the host-mode image carries the Python of {built}, but this harness runs "
-            f"{python_executable() if python is None else ' + '.join(current)}: its runs would "
-            f"not find this environment's packages. Rebuild the image from this environment "
-            f"(python -m sandbox.image build --mode host), or use sandbox: local")
+            f"the host-mode image carries the Python of {built}, but this harness runs {running}: "
+            f"its runs would not find this environment's packages. Rebuild the image from this "
+            f"environment (python -m sandbox.image build --mode host), or use sandbox: local")
     for prefix in prefixes:
         _check_world_readable(Path(prefix))
         mounts.append(Mount(prefix, prefix))
     return mounts
+
+
+def _environment(executable: str | None, prefixes: list[str]) -> str:
+    """`/venv/bin/python (environment /venv + /usr)`, or the prefixes alone."""
+    where = " + ".join(prefixes)
+    return f"{executable} (environment {where})" if executable else f"the environment {where}"
 
 
 def python_prefixes() -> list[str]:

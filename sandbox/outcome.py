@@ -133,10 +133,13 @@ class CappedLog:
     # -- line splitting for the progress callback --------------------------------------
 
     def _split_lines(self, data: bytes) -> None:
+        """Each line to the callback as it ends; also each `\r` update of a line (a tqdm bar
+        redraws itself with `\r` and writes no newline until it closes), once the byte after
+        the `\r` shows it is not a `\r\n` line end."""
         self._pending += data
         start = 0
         while True:
-            end = self._pending.find(b"\n", start)
+            end = _line_end(self._pending, start)
             if end < 0:
                 break
             self._emit(bytes(self._pending[start:end]))
@@ -154,6 +157,15 @@ class CappedLog:
         except Exception as exc:  # a broken progress display must not lose the run
             self.callback_error = exc
             self._on_output = None
+
+
+def _line_end(buffer: bytearray, start: int) -> int:
+    """Where the next line or `\r` update in `buffer` from `start` ends (-1: not yet)."""
+    newline = buffer.find(b"\n", start)
+    ret = buffer.find(b"\r", start, newline if newline >= 0 else len(buffer))
+    if ret >= 0 and ret + 1 < len(buffer) and buffer[ret + 1] != ord("\n"):
+        return ret
+    return newline
 
 
 # -- classification ------------------------------------------------------------------------

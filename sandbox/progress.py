@@ -6,12 +6,17 @@ Three shapes of progress line are understood, tried in this order on every line:
   `iter (?P<iter>\\d+): loss (?P<train_loss>[0-9.]+), time (?P<ms_per_iter>[0-9.]+)ms`;
 - the bundled train.py's step lines, `step 300 | loss 2.4512 | lr 1.0e-02 | ... | elapsed 14.2s`
   (`name value` pairs between `|`, the first being `step N`);
+- nanoGPT's iteration lines, `iter 10: loss 2.3011, time 85.12ms, mfu 0.02%` (`iter N:` then
+  `name value` pairs between commas);
 - a tqdm bar, `  5%|▌    | 100/2000 [00:08<02:30, 12.6it/s]` (the last `\\r` update of a line),
   which also says how many steps the run will take;
 - a Hugging Face Trainer log dict, `{'loss': 2.1, 'grad_norm': 0.8, 'learning_rate': 5e-05, 'epoch': 0.5}`.
 
 `ProgressReader.feed(line)` returns a `ProgressPoint` for a progress line and None for any
-other. It never raises on what a run prints: a script's output is data, not a contract.
+other. A `metrics_pattern` match without a step (a pattern that names only some figures of
+the line) takes its step and loss from the line's own shape, its figures from the pattern.
+A line holding several `\r` updates (a tqdm bar and a message written over it) counts by
+its last update that is progress. It never raises on what a run prints: a script's output is data, not a contract.
 Which figure is the step, the loss and the script's own training clock is read from the
 names: `step`/`iter`/`iteration`; `loss`/`train_loss`; `elapsed`/`train_time`/`train_seconds`.
 """
@@ -29,6 +34,8 @@ ELAPSED_NAMES = ("elapsed", "elapsed_s", "train_time", "train_seconds")
 _NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf"
 _STEP_LINE = re.compile(rf"^\s*step\s+(\d+)\s*((?:\|\s*[A-Za-z_][\w.]*\s*[:=]?\s*(?:{_NUMBER})\s*[a-z%]*\s*)*)$")
 _PAIR = re.compile(rf"\|\s*([A-Za-z_][\w.]*)\s*[:=]?\s*({_NUMBER})\s*([a-z%]*)")
+_ITER_LINE = re.compile(rf"^\s*iter(?:ation)?\s+(\d+):\s*(.*)$")
+_COMMA_PAIR = re.compile(rf"^\s*([A-Za-z_][\w.]*)\s*[:=]?\s*({_NUMBER})\s*([a-z%]*)\s*$")
 _TQDM = re.compile(r"(\d+)/(\d+)\s*\[(?:(\d+):)?(\d+):(\d+)(?:<[^,\]]*)?(?:,\s*([0-9.]+)\s*(it/s|s/it))?")
 
 
@@ -50,9 +57,21 @@ class ProgressReader:
         self._pattern = re.compile(metrics_pattern) if metrics_pattern else None
 
     def feed(self, line: str) -> ProgressPoint | None:
-        line = line.rsplit("\r", 1)[-1] if "\r" in line.rstrip("\r") else line.rstrip("\r")
-        return (self._from_pattern(line) or _from_step_line(line) or _from_tqdm(line)
-                or _from_dict_line(line))
+        updates = [part for part in line.split("\r") if part.strip()]
+        for update in reversed(updates):   # the latest update that says something
+            point = self._read(update)
+            if point is not None:
+                return point
+        return None
+
+    def _read(self, line: str) -> ProgressPoint | None:
+        shaped = _from_step_line(line) or _from_iter_line(line) or _from_tqdm(line) or _from_dict_line(line)
+        pattern = self._from_pattern(line)
+        if pattern is None:
+            return shaped
+        if pattern.step is None and shaped is not None:
+            return _point({**shaped.values, **pattern.values})
+        return pattern
 
     def _from_pattern(self, line: str) -> ProgressPoint | None:
         if self._pattern is None:
@@ -73,8 +92,26 @@ def _from_step_line(line: str) -> ProgressPoint | None:
     for name, text, unit in _PAIR.findall(match.group(2)):
         number = _number(text)
         if number is not None:
-            values[name] = number * 60 if unit == "min" else number
+            values[name] = _in_seconds(number, unit)
     return _point(values)
+
+
+def _from_iter_line(line: str) -> ProgressPoint | None:
+    match = _ITER_LINE.match(line)
+    if match is None:
+        return None
+    values: dict[str, float] = {"iter": float(match.group(1))}
+    for part in match.group(2).split(","):
+        pair = _COMMA_PAIR.match(part)
+        number = _number(pair.group(2)) if pair else None
+        if number is not None:
+            values[pair.group(1)] = _in_seconds(number, pair.group(3))   # `time 85.12ms`: 85.12
+    return _point(values)
+
+
+def _in_seconds(number: float, unit: str) -> float:
+    """Minutes become seconds (`elapsed 1.5min`); other units stay as printed."""
+    return number * 60 if unit == "min" else number
 
 
 def _from_tqdm(line: str) -> ProgressPoint | None:

@@ -12,6 +12,9 @@ Exit codes scripts can rely on (`agent.record.events.ExitCode`):
 """
 from __future__ import annotations
 
+import inspect
+from typing import Callable
+
 import typer
 
 from agent.cli import check, morning, night, serve
@@ -23,18 +26,31 @@ app = typer.Typer(
          "everything in results/<tag>/.",
     no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 
+
+
+def reflowed(doc: str | None) -> str:
+    """A docstring as --help shows it: each paragraph on one line, for the terminal to wrap.
+    Typer keeps the line breaks of every paragraph after the first, so a terminal narrower
+    than the source broke each line in two, mid-sentence."""
+    return "\n\n".join(" ".join(paragraph.split()) for paragraph in inspect.cleandoc(doc or "").split("\n\n"))
+
+
+def command(function: Callable[..., None]) -> None:
+    app.command(help=reflowed(function.__doc__))(function)
+
+
 # before the night
-app.command()(check.check)
+command(check.check)
 # the night
-app.command()(night.run)
-app.command()(night.seed)
-app.command()(night.noise)
+command(night.run)
+command(night.seed)
+command(night.noise)
 # the morning
-app.command()(morning.status)
-app.command()(morning.replay)
-app.command()(morning.ablate)
-app.command()(morning.report)
-app.command()(serve.serve)
+command(morning.status)
+command(morning.replay)
+command(morning.ablate)
+command(morning.report)
+command(serve.serve)
 
 
 def main() -> None:  # pragma: no cover - the console script calls `app`

@@ -94,9 +94,10 @@ class RichObserver:
         if run.queued_s is not None:
             where += f", {run.queued_s:.0f}s queued"
         over = f" [yellow]past its budget by {run.over_budget_s:g}s[/yellow]" if run.over_budget_s else ""
+        graded = f" + evaluation {run.eval_duration_s:.0f}s" if run.eval_duration_s is not None else ""
         self.console.print(f"  {who}{run.experiment or 'incumbent'} seed {run.seed} "
                            f"{run.role.value:<9} [{colour}]{status}[/{colour}] "
-                           f"{shown} ({run.duration_s or 0:.0f}s{where}){over}", soft_wrap=not run.ok)
+                           f"{shown} ({run.duration_s or 0:.0f}s{graded}{where}){over}", soft_wrap=not run.ok)
 
     def decided(self, event: DecisionMade) -> None:
         colour = _VERDICT_COLOUR.get(event.verdict, "red")
@@ -132,9 +133,10 @@ def mean_sd(values: list[float]) -> str:
     return f"{statistics.fmean(values):.4f}{spread} (n={len(values)})"
 
 
-def incumbent_line(state: LoopState, metric: str) -> str | None:
+def incumbent_line(state: LoopState, metric: str, direction: str = "minimize") -> str | None:
     """The incumbent at its fresh-seed value, or "not yet measured" (never the mean of the
-    runs that selected it, which the winner's curse inflates; that one is labelled)."""
+    runs that selected it, which the winner's curse flatters; that one is labelled: biased
+    low for a metric minimized, high for one maximized)."""
     if not state.incumbent:
         return None
     head = f"incumbent {state.incumbent[:8]}"
@@ -145,7 +147,8 @@ def incumbent_line(state: LoopState, metric: str) -> str | None:
     else:
         line = f"{head}  {metric} not yet measured on fresh seeds"
     if kept is not None and kept.mean() is not None:
-        line += f"; selection mean {kept.mean():.4f} over {len(kept.values())} seeds (biased up by selection)"
+        toward = "low" if direction == "minimize" else "high"
+        line += f"; selection mean {kept.mean():.4f} over {len(kept.values())} seeds (biased {toward} by selection)"
     elif state.incumbent == state.base_commit:
         line += " (the baseline)"
     return line
@@ -177,7 +180,8 @@ def _measured_against(decided: DecisionMade | None) -> str:
     return "pairs" if comparison.paired else "mean"
 
 
-def print_status(console: Console, folder: Path, metric: str, state: LoopState | None = None) -> None:
+def print_status(console: Console, folder: Path, metric: str, state: LoopState | None = None,
+                 direction: str = "minimize") -> None:
     """Experiments, keeps, baseline and incumbent with their spread, noise, predictions,
     cost and the runs in flight (interrupted, when no loop holds the tag), then the last
     experiments as a table."""
@@ -200,7 +204,7 @@ def print_status(console: Console, folder: Path, metric: str, state: LoopState |
                                       if measured == {"evaluator"} else "reported by the training script"))
     if base:
         console.print(f"  baseline  {state.base_commit[:8]}  {metric} {mean_sd(base)}")
-    incumbent = incumbent_line(state, metric)
+    incumbent = incumbent_line(state, metric, direction)
     if incumbent:
         console.print(f"  {incumbent}")
     if sd is not None:

@@ -5,6 +5,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import typer
+from rich.markup import escape
 
 from agent.cli.common import ProgramOpt, console, err, existing_loop, fail, load
 from agent.program import Program
@@ -26,7 +27,7 @@ def status(
     from agent.cli.display import print_status
 
     prog = load(program, {})
-    print_status(console, existing_loop(prog, tag), prog.metric)
+    print_status(console, existing_loop(prog, tag), prog.metric, direction=prog.direction)
 
 
 def replay(
@@ -78,6 +79,8 @@ def replay(
         raise fail(str(error), ExitCode.BUSY) from None
     except (WorkspaceError, FileNotFoundError, RuntimeError, ValueError) as error:
         raise fail(str(error)) from None
+    for warning in replayer.warnings:
+        err.print(f"[yellow]warning:[/yellow] {escape(warning)}")
     targets = plan_targets(replayer.state, kept=kept, commits=resolved, parent_of=workspace.parent,
                            with_parents=parents)
     if kept and not replayer.state.kept() and not resolved:

@@ -102,7 +102,7 @@ def run(
             queue_hypothesis(session.loop.ledger, text, origin="cli")
         reason = session.loop.run(StopRules(max_experiments=max_experiments, hours=hours))
         console.print(f"stopped: {escape(reason)}")
-        print_status(console, session.results, prog.metric, session.loop.state)
+        print_status(console, session.results, prog.metric, session.loop.state, prog.direction)
         _write_morning_report(session.results, prog, tag)
     except KeyboardInterrupt:
         err.print(f"\ninterrupted: the ledger is closed; `nightshift run --tag {tag}` resumes.")

@@ -33,7 +33,6 @@ from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
-from scipy import stats
 
 from agent.record.curves import Curve
 
@@ -228,6 +227,8 @@ def forecast(gap: float, checkpoint: float, pairs: Sequence[FinishedPair], scale
     here = np.array([1.0, gap / x_scale])
     centre = float(here @ mean)
     spread = math.sqrt(s2 * (1.0 + here @ covariance @ here))
+    from scipy import stats   # here, not at import: program.md's parser imports this module
+
     t = float(stats.t.ppf(1 - tail, nu))
     lo, hi = centre - t * spread, centre + t * spread
     return Forecast(checkpoint=checkpoint, gap=gap, predicted=centre * scale,

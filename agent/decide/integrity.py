@@ -156,21 +156,25 @@ def judge_experiment(candidate: Iterable[RunFinished], reference: Iterable[RunFi
 
 def over_budget(cand: list[RunFinished], ref: list[RunFinished], budget_s: float) -> Flag | None:
     """A candidate training step longer than its paired incumbent's, on the same seed, by more
-    than startup and export differ between honest pairs."""
+    than startup and export differ between honest pairs; where the rule ran no incumbent run
+    on that seed (seeds found to share nothing are not paired), the incumbent's median."""
     allowed = max(OVER_BUDGET_MIN_S, OVER_BUDGET_SHARE * budget_s)
-    by_seed = {r.seed: r for r in ref if r.duration_s}
+    by_seed = {r.seed: r.duration_s for r in ref if r.duration_s}
+    typical = statistics.median(by_seed.values()) if len(by_seed) >= 2 else None
     for run in cand:
-        pair = by_seed.get(run.seed)
+        pair = by_seed.get(run.seed, typical)
         if pair is None or not run.duration_s:
             continue
-        extra = run.duration_s - pair.duration_s
+        extra = run.duration_s - pair
         if extra > allowed:
+            against = (f"the incumbent's {pair:.1f} s on the same seed" if run.seed in by_seed else
+                       f"the incumbent's median {pair:.1f} s (no incumbent run on seed {run.seed})")
             return Flag(Verdict.OVER_BUDGET, (
-                f"its training step took {run.duration_s:.1f} s on seed {run.seed}, the incumbent's "
-                f"{pair.duration_s:.1f} s on the same seed: {extra:.1f} s longer, past the "
-                f"{allowed:.0f} s allowed for a {budget_s:g} s budget (it trains past its budget)"),
-                {"seed": run.seed, "candidate_s": run.duration_s, "incumbent_s": pair.duration_s,
-                 "allowed_s": allowed})
+                f"its training step took {run.duration_s:.1f} s on seed {run.seed}, {against}: "
+                f"{extra:.1f} s longer, past the {allowed:.0f} s allowed for a {budget_s:g} s budget "
+                f"(it trains past its budget)"),
+                {"seed": run.seed, "candidate_s": run.duration_s, "incumbent_s": pair,
+                 "paired": run.seed in by_seed, "allowed_s": allowed})
     return None
 
 

@@ -5,8 +5,10 @@ across seeds; both assume that a different seed gives a different run, and that 
 spends about its budget. A script that seeds itself (nanoGPT's 1337) or counts steps
 instead of seconds breaks those assumptions silently, so they are checked, not assumed:
 
-- `judge_budget`: from one run's duration, whether it stopped at its wall-clock budget,
-  stopped on its own well before it (step-budgeted: allowed, and said), or ran past it;
+- `judge_budget`: from one run's duration and the steps it reports, whether it stopped at
+  its wall-clock budget, stopped on its own after a step count (step-budgeted: allowed, and
+  said; judged by its steps against the count the command sets and the incumbent's runs,
+  so a loaded machine does not make a step count look like a wall clock), or ran past it;
 - `observe_seeding`: from a commit's runs, whether the metric varies with the seed;
 - `baseline_verdict`: after the first baseline, one line per check; `stop` is set when the
   loop must not go on (identical metrics on different seeds: every candidate would be a
@@ -15,16 +17,18 @@ instead of seconds breaks those assumptions silently, so they are checked, not a
 """
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 from agent.night.outputs import human_bytes
 from agent.program import Program
 from agent.record.events import Role, RunFinished
 from agent.record.provenance import read_provenance
 from agent.record.state import LoopState
+from agent.researchers.overrides import StepCount, step_count
 
 STEP_BUDGET_FRACTION = 0.75   # a run that ends before this share of its budget stopped on its own
 
@@ -36,6 +40,32 @@ class BudgetJudgement:
     note: str                  # one sentence for provenance and the check
 
 
+# The figures under which a run reports how far it trained: optimizer steps, else tokens.
+STEP_METRICS = ("steps", "step", "iter", "iters", "iteration", "iterations", "global_step",
+                "num_steps", "train_steps", "tokens", "train_tokens", "tokens_seen")
+SAME_PACE = 0.15   # durations within this share of each other say nothing about the budget
+
+
+def reported_steps(metrics: Mapping[str, Any]) -> float | None:
+    """How far a run says it trained (its steps, else its tokens), from its metrics."""
+    for name in STEP_METRICS:
+        value = metrics.get(name)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            return float(value)
+    return None
+
+
+def step_count_of(program: Program) -> StepCount | None:
+    """How many steps a run of `program` takes, where its command or target (as in the
+    checkout) says so: nanoGPT's --max_iters=2000, a config's max_steps = 500."""
+    path = program.root / program.target
+    try:
+        source = path.read_text(encoding="utf-8", errors="replace") if path.is_file() else ""
+    except OSError:
+        source = ""
+    return step_count(source, program.target, program.command)
+
+
 def budget_tolerance_s(budget_s: float, grace_s: float) -> float:
     """How far past its budget a run may end before it is flagged: startup and the final
     evaluation take some seconds (10 s or a quarter of the budget), but never more than half
@@ -44,22 +74,50 @@ def budget_tolerance_s(budget_s: float, grace_s: float) -> float:
     return min(0.5 * grace_s, max(10.0, 0.25 * budget_s))
 
 
-def judge_budget(duration_s: float | None, budget_s: float, grace_s: float) -> BudgetJudgement:
-    """Judged from the run's wall clock against its budget (a script cannot be asked)."""
+def judge_budget(duration_s: float | None, budget_s: float, grace_s: float, *,
+                 steps: float | None = None, planned_steps: int | None = None,
+                 peers: Iterable[tuple[float, float]] = ()) -> BudgetJudgement:
+    """Whether a run stopped at its wall-clock budget, on its own after a step count, or ran
+    past its budget. Judged by the steps the run reports where they tell: as many as the
+    command or target sets (`planned_steps`), or as many as a run of the incumbent took
+    (`peers`: (steps, duration)) in a clearly different time, is a step count, however long
+    it took on a loaded machine. Otherwise by its wall clock: a run that ends well before
+    its budget stopped on its own."""
     duration = duration_s or 0.0
+    evidence = _step_evidence(duration, steps, planned_steps, peers)
     if duration > budget_s + budget_tolerance_s(budget_s, grace_s):
         over = round(duration - budget_s, 1)
+        why = (f"step-budgeted ({evidence}), so a slower machine or a slower candidate takes longer"
+               if evidence else "it does not stop at the budget (step-budgeted, or it ignores "
+               "NIGHTSHIFT_BUDGET_S)")
         return BudgetJudgement("over_budget", over, (
-            f"ran {duration:.0f} s, past its {budget_s:g} s budget by {over:g} s: it does not stop "
-            f"at the budget (step-budgeted, or it ignores NIGHTSHIFT_BUDGET_S)"))
+            f"ran {duration:.0f} s, past its {budget_s:g} s budget by {over:g} s: {why}"))
+    if evidence:
+        return BudgetJudgement("step", None, (
+            f"step-budgeted: {evidence}, for a {budget_s:g} s budget; it stops after a step count, not at the budget, so a slower machine makes it take "
+            f"longer, not train less; allowed, but the budget does not bound its compute"))
     if duration < STEP_BUDGET_FRACTION * budget_s:
         return BudgetJudgement("step", None, (
             f"step-budgeted: finished in {duration:.1f} s of its {budget_s:g} s budget, so it stops "
             f"on its own (a step or epoch count), not at the budget; allowed, but the budget does "
             f"not bound its compute"))
+    trained = f" and {steps:g} steps" if steps is not None else ""
     return BudgetJudgement("wall_clock", None, (
-        f"wall clock: ran {duration:.1f} s for a {budget_s:g} s budget, so the number of steps "
-        f"depends on the machine's speed"))
+        f"wall clock: ran {duration:.1f} s{trained} for a {budget_s:g} s budget, so the number of "
+        f"steps depends on the machine's speed"))
+
+
+def _step_evidence(duration: float, steps: float | None, planned: int | None,
+                   peers: Iterable[tuple[float, float]]) -> str:
+    """Why a run's steps show a step count ("" when they do not)."""
+    if steps is None:
+        return ""
+    if planned is not None and steps in (planned, planned + 1):   # a last step, or step 0 counted
+        return f"{steps:g} steps in {duration:.1f} s, the count its command or target sets"
+    for peer_steps, peer_duration in peers:
+        if peer_steps == steps and abs(duration - peer_duration) > SAME_PACE * max(duration, peer_duration):
+            return f"the same {steps:g} steps in {duration:.0f} s as another run in {peer_duration:.0f} s"
+    return ""
 
 
 @dataclass(frozen=True)
@@ -127,22 +185,62 @@ SEED_FIX = ("pass the seed to the script: put {seed} in command (e.g. --seed={se
 SEED_GIVEN_FIX = ("the command passes {seed}, yet the metric did not change: check that the "
                   "script uses that argument for every random number generator it has (python, "
                   "numpy, torch, its data order), and not a constant")
-BUDGET_FIX = ("make it stop at the budget: pass {budget_s} to it (a max-time flag) or read "
-              "NIGHTSHIFT_BUDGET_S; or, for a step-budgeted script, set budget to what a run "
-              "takes (grace covers startup and the final evaluation)")
+BUDGET_FIX = ("make it stop at the budget: if the script has a flag for its training time, pass "
+              "{budget_s} to it, or have it read NIGHTSHIFT_BUDGET_S; a step-budgeted script: set "
+              "budget to what a run takes (grace covers startup and the final evaluation), or "
+              "lower its step count")
+
+
+def budget_fix(program: Program, planned: StepCount | None) -> str:
+    """BUDGET_FIX, naming the script's own step count where the command or target sets it."""
+    if planned is None:
+        return BUDGET_FIX
+    where = planned.origin(program.target)
+    return (f"the script runs a step count ({where}), not the budget: lower the count or the work "
+            f"per step, or set budget to what a run of it takes (check gives the pace once it can "
+            f"time the steps between two progress lines)")
+
+
+@dataclass(frozen=True)
+class StoppedEarly:
+    """A run that `check` stopped because it could not finish inside budget + grace, or
+    that was killed there (`killed`), with what its progress lines showed."""
+
+    seed: int
+    after_s: float
+    sentence: str              # the estimate, as `RunLength.sentence` says it, or what was seen
+    fix: str
+    killed: bool = False       # killed at budget + grace (judged as usual, `sentence` added)
 
 
 def judge_runs(verdict: Verdict, runs: list[RunFinished], program: Program, results_dir: Path,
-               budget_s: float) -> None:
+               budget_s: float, *, planned: StepCount | None = None,
+               stopped: StoppedEarly | None = None) -> None:
     """The run checks shared by `check` and the first baseline: metric found, seeds change
-    the result, budget respected, nothing written outside the allowed places."""
+    the result, budget respected, nothing written outside the allowed places. `planned`: the
+    run's step count as the command or target sets it; `stopped`: `check` stopped the
+    first run early, so only the budget can be judged."""
+    if stopped is not None and not stopped.killed:
+        verdict.add("metric found", None, f"not known: seed {stopped.seed} was stopped after "
+                    f"{stopped.after_s:.0f} s, before its end (see budget respected)")
+        verdict.add("seeds change the result", None, "not known: no second seed was run once the "
+                    "first showed that a run cannot finish in its budget")
+        verdict.add("budget respected", False, f"seed {stopped.seed}: {stopped.sentence}, and "
+                    f"grace {program.grace_s:g} s: every run would be killed at "
+                    f"{budget_s + program.grace_s:g} s", stopped.fix)
+        _judge_writes(verdict, runs, program, results_dir)
+        return
     metric = program.metric
     ok = [r for r in runs if r.ok and r.metric is not None]
-    failed = [r for r in runs if not r.ok]
-    if failed:
+    failed = [r for r in runs if not r.ok and r.status.value != "timeout"]
+    killed = [r for r in runs if r.status.value == "timeout"]
+    if killed and not failed and not ok:
+        verdict.add("metric found", None, f"not known: seed {killed[0].seed} was killed at budget + "
+                    f"grace before it reported (see budget respected)")
+    elif failed:
         worst = failed[0]
         verdict.add("metric found", False, f"seed {worst.seed}: {worst.status.value}: {worst.reason}",
-                    _fix_for(worst, results_dir))
+                    _fix_for(worst, results_dir, budget_fix(program, planned)))
     else:
         values = ", ".join(f"{r.metric:.6g} (seed {r.seed})" for r in ok)
         verdict.add("metric found", True, f"{metric} {values}")
@@ -156,14 +254,21 @@ def judge_runs(verdict: Verdict, runs: list[RunFinished], program: Program, resu
         verdict.add("seeds change the result", True, f"{seeding.note} (sd {spread:.4g})")
     else:
         verdict.add("seeds change the result", None, "cannot tell: fewer than two runs succeeded")
-    judged = [(r, judge_budget(r.duration_s, budget_s, program.grace_s)) for r in runs if r.duration_s]
+    timed = [r for r in runs if r.duration_s]
+    judged = [(r, judge_budget(r.duration_s, budget_s, program.grace_s, steps=reported_steps(r.metrics),
+                               planned_steps=planned.steps if planned else None,
+                               peers=[(s, p.duration_s) for p in timed if p is not r
+                                      and (s := reported_steps(p.metrics)) is not None]))
+              for r in timed]
     over = [(r, j) for r, j in judged if j.kind == "over_budget"]
     timeouts = [r for r in runs if r.status.value == "timeout"]
     if timeouts:
+        seen = f"; {stopped.sentence}" if stopped is not None and stopped.killed else ""
         verdict.add("budget respected", False, f"seed {timeouts[0].seed} was still running past "
-                    f"budget + grace ({budget_s:g} s + {program.grace_s:g} s) and was killed", BUDGET_FIX)
+                    f"budget + grace ({budget_s:g} s + {program.grace_s:g} s) and was killed{seen}",
+                    budget_fix(program, planned))
     elif over:
-        verdict.add("budget respected", False, over[0][1].note, BUDGET_FIX)
+        verdict.add("budget respected", False, over[0][1].note, budget_fix(program, planned))
     elif judged:
         kinds = {j.kind for _, j in judged}
         durations = ", ".join(f"{r.duration_s:.1f} s" for r, _ in judged)
@@ -215,7 +320,7 @@ def _listing(files: Mapping[str, int], limit: int = 4) -> str:
     return ", ".join(items[:limit]) + (f" and {len(items) - limit} more" if len(items) > limit else "")
 
 
-def _fix_for(run: RunFinished, results_dir: Path) -> str:
+def _fix_for(run: RunFinished, results_dir: Path, budget: str = BUDGET_FIX) -> str:
     status = run.status.value
     log = f"read {results_dir / run.log}" if run.log else "read the run's log"
     if status == "no_metric":
@@ -226,7 +331,7 @@ def _fix_for(run: RunFinished, results_dir: Path) -> str:
         return ("install the module for the interpreter the runs use (python in command is "
                 f"Nightshift's own; see the interpreter line), or give an absolute path ({log})")
     if status == "timeout":
-        return BUDGET_FIX
+        return budget
     return f"{log}; fix the script or the command, then check again"
 
 
@@ -234,7 +339,8 @@ def baseline_verdict(state: LoopState, program: Program, results_dir: Path) -> V
     """The checks of the first baseline's runs (the base commit's reference runs)."""
     verdict = Verdict()
     runs = [r for r in state.runs if r.commit == state.base_commit and r.role == Role.REFERENCE]
-    judge_runs(verdict, runs, program, results_dir, state.budget_s or program.budget_s)
+    judge_runs(verdict, runs, program, results_dir, state.budget_s or program.budget_s,
+               planned=step_count_of(program))
     seeding = next((c for c in verdict.checks if c.name == "seeds change the result"), None)
     if seeding is not None and seeding.ok is False:
         verdict.stop = (f"the baseline's seeds gave identical results: {seeding.detail}. Every "

@@ -1,6 +1,7 @@
 """What the researcher is shown before its next proposal: the incumbent's source and the
 protected files at the incumbent, the brief of the ledger, the measured noise, and the test a
-candidate must pass (`EvaluationPlan`)."""
+candidate must pass (`EvaluationPlan`, with the lines of the target that the command's flags
+override: the researcher is told they are fixed)."""
 from __future__ import annotations
 
 from agent.decide.decision import pooled_sd
@@ -9,16 +10,20 @@ from agent.record.brief import EvaluationPlan, build_brief
 from agent.record.provenance import environment
 from agent.record.state import LoopState
 from agent.researchers import ResearchContext
+from agent.researchers.overrides import overridden
 from agent.workspace.repo import Workspace
 
 
-def evaluation_plan(program: Program, budget_s: float, rule_name: str) -> EvaluationPlan:
-    """The test a candidate must pass, as the brief states it."""
+def evaluation_plan(program: Program, budget_s: float, rule_name: str,
+                    target_source: str = "") -> EvaluationPlan:
+    """The test a candidate must pass, as the brief states it, with the lines of the target
+    (`target_source`, the incumbent's) that the command's flags override."""
+    fixed = tuple(o.describe() for o in overridden(target_source, program.target, program.command))
     return EvaluationPlan(metric=program.metric, direction=program.direction, budget_s=budget_s,
                           seeds_baseline=program.seeds.baseline, seeds_screen=program.seeds.screen,
                           seeds_max=program.seeds.max, alpha=program.alpha,
                           min_effect=program.min_effect, rule=rule_name, fdr=program.fdr,
-                          evaluator=program.evaluate is not None,
+                          evaluator=program.evaluate is not None, target=program.target, fixed=fixed,
                           early_stop=program.early_stop.checkpoints if program.early_stop.enabled else ())
 
 
@@ -38,10 +43,13 @@ def research_context(state: LoopState, program: Program, workspace: Workspace, p
     prepared or waiting, so each call knows its own experiment index."""
     reference = state.reference(state.incumbent)
     sd, dof = pooled_sd(state.noise_groups())
+    source = workspace.read(program.target, state.incumbent)
+    if not plan.fixed:   # the lines the command overrides, in the incumbent's target
+        plan = evaluation_plan(program, plan.budget_s, plan.rule, source)
     brief = build_brief(state, plan, noise_sd=sd, noise_dof=dof, environment=environment())
     return ResearchContext(
         program_text=program.prose, target=program.target,
-        incumbent_source=workspace.read(program.target, state.incumbent),
+        incumbent_source=source,
         incumbent_commit=state.incumbent,
         protected=protected_sources(workspace, program, state.incumbent),
         ledger_summary=brief.text(),

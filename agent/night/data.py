@@ -11,7 +11,9 @@ mounted read-only into every run as NIGHTSHIFT_DATA (`{data}` in the command). A
 
 `data:` names a folder of the user's repository (git-ignored files included, as it is in
 their checkout now) that every run sees read-only at that same path inside its working
-directory, where a script written for the checkout expects it.
+directory, where a script written for the checkout expects it. Its content hash (every
+file's bytes, `content_hash`) is taken once per night and cached by the folder's stat
+digest, so an unchanged folder is not read again; it is recorded as the runs' data hash.
 """
 from __future__ import annotations
 
@@ -106,3 +108,44 @@ def folder_facts(path: Path, max_files: int = 100_000) -> dict[str, Any]:
             if files >= max_files:
                 return {"files": files, "bytes": size, "stat_digest": digest.hexdigest()[:16], "truncated": True}
     return {"files": files, "bytes": size, "stat_digest": digest.hexdigest()[:16]}
+
+
+def data_cache() -> Path:
+    """Where prepared data and cached digests live (NIGHTSHIFT_DATA_ROOT, else ~/.cache)."""
+    return Path(os.environ.get("NIGHTSHIFT_DATA_ROOT", Path.home() / ".cache" / "nightshift" / "data"))
+
+
+def content_hash(path: Path, cache_dir: Path | None = None) -> str:
+    """sha256 over every file's relative path and bytes under `path`, 16 hex digits. Reading
+    a large folder takes a while, so the result is kept in `cache_dir` under the folder's
+    stat digest (names, sizes, mtimes): the same files are hashed once, however many nights."""
+    facts = folder_facts(path)
+    cache = Path(cache_dir or data_cache()) / "content-hashes"
+    key = hashlib.sha256(f"{Path(path).resolve()}\0{facts['stat_digest']}".encode()).hexdigest()[:32]
+    cached = cache / f"{key}.json"
+    try:
+        return json.loads(cached.read_text())["content_hash"]
+    except (OSError, ValueError, KeyError):
+        pass
+    digest = hashlib.sha256()
+    for current, dirs, names in os.walk(path, followlinks=True):
+        dirs.sort()
+        for name in sorted(names):
+            full = os.path.join(current, name)
+            digest.update(f"{os.path.relpath(full, path)}\0".encode())
+            try:
+                with open(full, "rb") as handle:
+                    for block in iter(lambda: handle.read(1 << 20), b""):
+                        digest.update(block)
+            except OSError:
+                continue
+            digest.update(b"\0")
+    value = digest.hexdigest()[:16]
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        partial = cached.with_suffix(".tmp")
+        partial.write_text(json.dumps({"content_hash": value, "path": str(path), **facts}))
+        os.replace(partial, cached)
+    except OSError:
+        pass   # a cache that cannot be written costs a re-read next time, nothing else
+    return value

@@ -4,30 +4,36 @@
 `nightshift-check`, removed afterwards; its run folders stay in
 `results/nightshift-check/runs/` for their logs), then checks, in order, one `Check` each:
 
-  program valid · target and knobs · prepare step · data folder · sandbox · interpreter
-  (python in the sandbox, its torch and CUDA) · metric found · seeds change the result ·
-  budget respected · nothing written outside the allowed places · your checkout untouched
+  program valid · target and knobs · lines the command overrides · prepare step · data
+  folder · sandbox · interpreter (python in the sandbox, its torch and CUDA) · metric found ·
+  seeds change the result · budget respected · nothing written outside the allowed places ·
+  your checkout untouched
 
 by running the incumbent (your HEAD) on two seeds with the program's budget, exactly as a
 night's baseline would run. The run checks are the ones `run` prints after its first
-baseline (agent.night.checks.judge_runs).
+baseline (agent.night.checks.judge_runs). While a run goes, its progress lines are timed
+(agent.night.run_length): the estimate of its length is said as soon as it is known, a run
+that clearly cannot finish inside budget + grace is stopped then, and no second seed runs
+after a first that was stopped or killed.
 """
 from __future__ import annotations
 
-import re
 import shutil
 import subprocess
+import threading
 from pathlib import Path
 from typing import Callable
 
-from agent.night.checks import Verdict, judge_runs
+from agent.night.checks import StoppedEarly, Verdict, judge_runs
 from agent.night.data import DataError, PreparedData, folder_facts, prepare_data, repository_data
 from agent.night.outputs import human_bytes
+from agent.night.run_length import RunLength, RunLengthWatch, length_fix
 from agent.night.runs import RunExecutor, RunPlan, gpu_for_runs
 from agent.program import Program
-from agent.record.events import Role
+from agent.record.events import Role, RunFinished
 from agent.record.ledger import Ledger
 from agent.researchers.knobs import KnobError, find_knobs, format_value
+from agent.researchers.overrides import overridden
 from agent.researchers.registry import resolve_researcher_name
 from agent.workspace.repo import Workspace, WorkspaceError, remove_snapshot
 from sandbox import Limits, RunSpec, SandboxUnavailable, Status
@@ -85,6 +91,7 @@ def preflight(program: Program, *, sandbox: str, budget_s: float | None = None,
         return verdict
     try:
         target_ok = _target_and_knobs(verdict, program, workspace)
+        _overridden_lines(verdict, program, workspace)
         data = _prepare(verdict, program, workspace, data_cache())
         mount_ok = _data_folder(verdict, program)
         try:
@@ -111,15 +118,8 @@ def preflight(program: Program, *, sandbox: str, budget_s: float | None = None,
             verdict.add("runs", None, "skipped: fix the problems above first")
             return verdict
         before = _checkout_status(program.root)
-        runs = []
-        for seed in CHECK_SEEDS:
-            say(f"running {head[:8]} on seed {seed} (budget {plan.budget_s:g} s, grace {plan.grace_s:g} s)")
-            run = executor.run(head, seed, Role.REFERENCE, None, on_output=on_output)
-            say(f"  seed {seed}: {run.status.value} "
-                + (f"{program.metric} {run.metric:.6g}" if run.metric is not None else run.reason)
-                + f" ({run.duration_s or 0:.1f} s)")
-            runs.append(run)
-        judge_runs(verdict, runs, program, results, plan.budget_s)
+        runs, stopped = _run_seeds(executor, head, program, say, on_output)
+        judge_runs(verdict, runs, program, results, plan.budget_s, planned=plan.steps, stopped=stopped)
         after = _checkout_status(program.root)
         if after != before:
             verdict.add("your checkout untouched", False, f"git status changed during the runs: "
@@ -131,6 +131,52 @@ def preflight(program: Program, *, sandbox: str, budget_s: float | None = None,
     finally:
         workspace.remove(delete_branch=True)
         _remove_snapshots(results)
+
+
+def _run_seeds(executor: RunExecutor, head: str, program: Program, say: Say,
+               on_output: Callable[[str], None] | None) -> tuple[list[RunFinished], StoppedEarly | None]:
+    """HEAD on each check seed, timing its steps as it goes: a run that clearly cannot end
+    inside budget + grace is stopped then and there, and no further seed starts after a run
+    that was stopped or killed (it has shown the problem)."""
+    plan = executor.plan
+    runs: list[RunFinished] = []
+    for seed in CHECK_SEEDS:
+        say(f"running {head[:8]} on seed {seed} (budget {plan.budget_s:g} s, grace {plan.grace_s:g} s)")
+        watch = RunLengthWatch(deadline_s=plan.budget_s + plan.grace_s, steps=plan.steps,
+                               target=program.target, metrics_pattern=plan.metrics_pattern,
+                               told_budget="{budget_s}" in plan.command)
+        stop = threading.Event()
+        told: list[RunLength] = []
+
+        def line(text: str, watch: RunLengthWatch = watch, stop: threading.Event = stop,
+                 told: list[RunLength] = told, seed: int = seed) -> None:
+            watch.feed(text)
+            estimate = watch.estimate
+            if estimate is not None and not told:
+                told.append(estimate)
+                say(f"  seed {seed}: {estimate.sentence(plan.budget_s)}"
+                    + (": stopping it now" if watch.hopeless else ""))
+            if watch.hopeless:
+                stop.set()
+            if on_output is not None:
+                on_output(text)
+
+        run = executor.run(head, seed, Role.REFERENCE, None, on_output=line, stop=stop)
+        runs.append(run)
+        if watch.hopeless and watch.estimate is not None:
+            estimate = watch.estimate
+            say(f"  seed {seed}: stopped after {run.duration_s or 0:.0f} s; no further seed is run")
+            return runs, StoppedEarly(seed, run.duration_s or estimate.elapsed_s,
+                                      estimate.sentence(plan.budget_s),
+                                      length_fix(estimate, plan.steps, plan.command, plan.budget_s))
+        say(f"  seed {seed}: {run.status.value} "
+            + (f"{program.metric} {run.metric:.6g}" if run.metric is not None else run.reason)
+            + f" ({run.duration_s or 0:.1f} s)")
+        if run.status == Status.TIMEOUT:
+            shown = watch.progress(plan.budget_s)
+            say(f"  seed {seed} was killed at budget + grace: {shown}; no further seed is run")
+            return runs, StoppedEarly(seed, run.duration_s or 0.0, shown, "", killed=True)
+    return runs, None
 
 
 def _forget(program: Program, results: Path) -> None:
@@ -187,13 +233,6 @@ def _target_and_knobs(verdict: Verdict, program: Program, workspace: Workspace) 
             verdict.add("target and knobs", True, f"{program.target} at {head[:8]}; no knobs (the "
                         f"{researcher} researcher edits the file as a whole){note}")
         return True
-    flagged = [k.name for k in knobs if re.search(rf"--{re.escape(k.name)}(=|\s)", program.command)]
-    if flagged:
-        verdict.add("target and knobs", False, f"the command passes {', '.join('--' + n for n in flagged)}, "
-                    f"which overrides the knob{'s' if len(flagged) > 1 else ''} of the same name in "
-                    f"{program.target}: the researcher's edits would do nothing",
-                    "remove those flags from command (the target's values are what runs), or drop the knobs")
-        return True
     shown = ", ".join(f"{k.name}={format_value(k.value)} in {k.describe_space()}" for k in knobs[:6])
     more = f" and {len(knobs) - 6} more" if len(knobs) > 6 else ""
     outside = [k.name for k in knobs if not k.contains(k.value)]
@@ -201,6 +240,23 @@ def _target_and_knobs(verdict: Verdict, program: Program, workspace: Workspace) 
     verdict.add("target and knobs", True, f"{program.target} at {head[:8]}: {len(knobs)} knobs: "
                 f"{shown}{more}{warn}{note}")
     return True
+
+
+def _overridden_lines(verdict: Verdict, program: Program, workspace: Workspace) -> None:
+    """The target's assignments that a flag of the command overrides: dead lines (a knob
+    among them is refused when program.md is loaded)."""
+    try:
+        source = workspace.read(program.target, workspace.head())
+    except (FileNotFoundError, UnicodeDecodeError):
+        return
+    dead = overridden(source, program.target, program.command)
+    if not dead:
+        verdict.add("lines the command overrides", None, f"none: no flag of the command sets an "
+                    f"assignment of {program.target}")
+        return
+    shown = ", ".join(o.describe() for o in dead[:12]) + (f" and {len(dead) - 12} more" if len(dead) > 12 else "")
+    verdict.add("lines the command overrides", None, f"{len(dead)} of {program.target}: {shown}; "
+                f"editing them does nothing (an LLM researcher is told they are fixed)")
 
 
 def _prepare(verdict: Verdict, program: Program, workspace: Workspace, cache: Path):

@@ -10,6 +10,7 @@ judged in one place (agent.decide.integrity.judge_run); this module gathers the 
 """
 from __future__ import annotations
 
+import hashlib
 import sys
 import threading
 import uuid
@@ -19,7 +20,7 @@ from typing import Callable
 
 from agent.decide.integrity import RunEvidence, StepEvidence, judge_run
 from agent.night import checks, grading, outputs
-from agent.night.data import PreparedData, folder_facts, repository_data
+from agent.night.data import PreparedData, content_hash, folder_facts, repository_data
 from agent.night.live import LiveCurves
 from agent.night.observer import Observer
 from agent.program import Program
@@ -27,6 +28,7 @@ from agent.record.curves import Curve
 from agent.record.events import Role, RunFinished, RunStarted
 from agent.record.ledger import Ledger, utc_now
 from agent.record.provenance import determinism, environment, fingerprint, write_provenance
+from agent.researchers.overrides import StepCount
 from agent.workspace.repo import Workspace, remove_snapshot
 from cluster.execute import execute
 from cluster.protocol import Job, Outcome, Slot
@@ -59,6 +61,7 @@ class RunPlan:
     keep: tuple[str, ...] | None = None   # program.md's keep: globs (None: result.json + small files)
     evaluate: str | None = None    # the evaluation step's command (None: the script's metric)
     report_tolerance: float = 0.05
+    steps: StepCount | None = None        # the run's step count, where the command or target sets it
 
     @classmethod
     def from_program(cls, program: Program, *, budget_s: float | None = None,
@@ -75,7 +78,9 @@ class RunPlan:
                    result_file=program.result_file, metric_pattern=program.metric_pattern,
                    metrics_pattern=program.metrics_pattern, python=sys.executable,
                    writable_workdir=True, mounts=(mount,) if mount else (), keep=program.keep,
-                   evaluate=program.evaluate, report_tolerance=program.report_tolerance)
+                   evaluate=program.evaluate, report_tolerance=program.report_tolerance,
+                   steps=checks.step_count_of(program))
+
 
 
 def gpu_for_runs() -> int | None:
@@ -97,6 +102,7 @@ class RunExecutor:
         self.snapshots_dir = results_dir / "snapshots"
         # The data folder as the night found it: a run that changes it is tampered.
         self._data_seen = {m.path: folder_facts(m.source) for m in plan.mounts}
+        self.data_hash = data.corpus_hash or _mounts_hash(plan.mounts)   # what every run's data was
         self._diffs: dict[str, tuple[str | None, str]] = {}   # commit -> (parent, diff): once each
 
     def snapshot(self, commit: str) -> Path:
@@ -191,7 +197,7 @@ class RunExecutor:
         if evaluation is not None:
             outputs.prune(evaluation.log_path.parent / "out", evaluation.work_dir, evaluation.written,
                           job.evaluation.snapshot_dir, None)
-        budget = checks.judge_budget(result.duration_s, self.plan.budget_s, self.plan.grace_s) \
+        budget = self._judge_budget(commit, result.duration_s, result.metrics) \
             if status != Status.INTERRUPTED else None
         metric_value = judged.metric
         metrics = {**result.metrics, **_figures(evaluation)}
@@ -212,7 +218,7 @@ class RunExecutor:
             "command": self.plan.command, "split": self.plan.split,
             "run_env": dict(self.plan.extra_env), "python": self.plan.python,
             "protected_digests": outcome.digests,
-            "data_dir": str(self.data.path), "data_meta": self.data.meta,
+            "data_dir": str(self.data.path), "data_meta": self.data.meta, "data_hash": self.data_hash,
             "data_mount": [{"path": m.path, "source": str(m.source), **data_now[m.path]}
                            for m in self.plan.mounts],
             "sandbox": {"backend": result.backend, **result.sandbox},
@@ -244,12 +250,24 @@ class RunExecutor:
             log=str(log.relative_to(self.runs_dir.parent)) if log.is_relative_to(self.runs_dir.parent)
             else str(log),
             log_tail=result.log_tail[-2000:], backend=result.backend,
-            data_hash=self.data.corpus_hash, env_fingerprint=provenance["env_fingerprint"],
+            data_hash=self.data_hash, env_fingerprint=provenance["env_fingerprint"],
             provenance=str((run_dir / "provenance.json").relative_to(self.runs_dir.parent)),
             over_budget_s=budget.over_s if budget else None, measured_by=judged.measured_by,
             reported=judged.reported, probes=judged.probes,
             eval_duration_s=round(evaluation.duration_s, 3) if evaluation else None,
             fingerprint=_fingerprint(evaluation), hidden=result.hidden_enforced, curve=curve, **slot))
+
+    def _judge_budget(self, commit: str, duration_s: float, metrics: dict) -> checks.BudgetJudgement:
+        """The run's budget, judged by its steps against the plan's step count and the runs of
+        this commit and of the incumbent (agent.night.checks.judge_budget)."""
+        state = self.ledger.state
+        peers = [(steps, run.duration_s) for run in state.runs
+                 if run.ok and run.duration_s and run.commit in (commit, state.incumbent)
+                 and (steps := checks.reported_steps(run.metrics)) is not None]
+        return checks.judge_budget(duration_s, self.plan.budget_s, self.plan.grace_s,
+                                   steps=checks.reported_steps(metrics),
+                                   planned_steps=self.plan.steps.steps if self.plan.steps else None,
+                                   peers=peers[-8:])
 
     def _diff_of(self, commit: str) -> tuple[str | None, str]:
         """A commit's parent and patch (git twice per commit, not per run)."""
@@ -259,11 +277,13 @@ class RunExecutor:
         return self._diffs[commit]
 
     def run(self, commit: str, seed: int, role: Role, experiment: str | None,
-            on_output: Callable[[str], None] | None = None) -> RunFinished:
-        """One run, here and now, on this process's runner (for `noise` and `replay`):
-        returns the recorded run_finished event. Ctrl-C records it as interrupted."""
+            on_output: Callable[[str], None] | None = None,
+            stop: threading.Event | None = None) -> RunFinished:
+        """One run, here and now, on this process's runner (for `check`, `noise` and
+        `replay`): returns the recorded run_finished event. Ctrl-C records it as interrupted,
+        and so does `stop` set from another thread (the runner kills the run within a second)."""
         job = self.prepare(commit, seed, role, experiment)
-        stop = threading.Event()
+        stop = stop or threading.Event()
         curves = LiveCurves(self.plan.metrics_pattern)
         curves.start(job.run_id, job.spec.budget_s)
 
@@ -282,7 +302,7 @@ class RunExecutor:
         return self.finish(job, outcome, curve=curves.finish(job.run_id))
 
 
-WHOLE_MACHINE = Slot(0, "cpu")
+WHOLE_MACHINE = Slot(0, "cpu")   # a run on its own: every core, the plan's GPU
 
 
 def measure(executor: RunExecutor, observer: Observer, commit: str, seed: int, role: Role,
@@ -321,4 +341,15 @@ def _fingerprint(evaluation: RunResult | None) -> tuple[float, ...]:
 
 def _relative(path: Path, root: Path) -> str:
     path = Path(path)
-    return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)   # a run on its own: every core, the plan's GPU
+    return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
+
+
+def _mounts_hash(mounts: tuple[DataMount, ...]) -> str | None:
+    """The content hash of program.md's data: folder (cached by its stat digest), or None."""
+    if not mounts:
+        return None
+    if len(mounts) == 1:
+        return content_hash(mounts[0].source)
+    joined = "".join(f"{m.path}={content_hash(m.source)};" for m in mounts)
+    return hashlib.sha256(joined.encode()).hexdigest()[:16]
+

@@ -11,13 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from agent.decide.rules import make_rule
-from agent.night.data import prepare_data
+from agent.night.data import data_cache, prepare_data  # noqa: F401 (data_cache: public here too)
 from agent.night.grading import measurement_note
 from agent.night.leftovers import end_jobs, end_leftovers
 from agent.night.lock import TagLock, refuse_if_locked
 from agent.night.loop import ResearchLoop
 from agent.night.observer import Observer
 from agent.night.prestart import prestart
+from agent.night.run_length import LengthWarnings
 from agent.night.runs import RunExecutor, RunPlan
 from agent.program import Program
 from agent.record.ledger import Ledger, read_snapshot
@@ -44,10 +45,6 @@ def results_dir(program: Program, tag: str) -> Path:
         ignore.parent.mkdir(parents=True, exist_ok=True)
         ignore.write_text("*\n")
     return folder
-
-
-def data_cache() -> Path:
-    return Path(os.environ.get("NIGHTSHIFT_DATA_ROOT", Path.home() / ".cache" / "nightshift" / "data"))
 
 
 @dataclass
@@ -182,10 +179,13 @@ def _assemble(program: Program, tag: str, results: Path, ledger: Ledger, workspa
     facts: dict[str, Any] = {
         "researcher": chosen.name, "researcher_why": researcher_why, "sandbox": runner.name,
         "sandbox_why": sandbox_why, "sandbox_facts": runner.describe(), "rule": rule.name,
-        "data_dir": str(data.path), "corpus_hash": data.corpus_hash, "budget_s": program.budget_s}
+        "data_dir": str(data.path), "corpus_hash": executor.data_hash, "budget_s": program.budget_s}
+    watched = LengthWarnings(observer, budget_s=plan.budget_s, grace_s=plan.grace_s, steps=plan.steps,
+                             target=program.target, command=plan.command,
+                             metrics_pattern=plan.metrics_pattern)
     loop = ResearchLoop(tag=tag, program=program, workspace=workspace, ledger=ledger,
                         executor=executor, researcher=chosen, rule=rule, make_workers=workers,
-                        observer=observer, facts=facts, overlap=program.overlap,
+                        observer=watched, facts=facts, overlap=program.overlap,
                         control=control, control_share=program.control)
     shown = "auto" if program.workers is None else program.workers
     notes = [f"researcher: {chosen.name} ({researcher_why})", f"sandbox: {sandbox_why}",

@@ -31,6 +31,7 @@ from agent.program.frontmatter import ProgramError, compose, decode, line_of, sp
 from agent.program.values import MAX_SEEDS, Parser, parse_duration, parse_memory  # noqa: F401 (public)
 from agent.researchers import settings as llm
 from agent.researchers.knobs import DeclaredKnobError, KnobError, find_knobs
+from agent.researchers.overrides import overridden
 from agent.researchers.registry import RESEARCHER_NAMES, resolve_researcher_name
 from cluster.select import CLUSTERS
 from cluster.slurm_settings import STARTUP_S, SlurmSettings, sbatch_problem
@@ -372,15 +373,25 @@ def _check_knobs(program: Program, locate: Callable[[str], str]) -> None:
             raise ProgramError(f"{locate('knobs')}: field 'knobs': the target {program.target} does "
                                f"not exist in {program.root}; set target to the file that assigns them")
         return   # nothing to read yet; `nightshift check` says so
+    source = path.read_text(encoding="utf-8", errors="replace")
     try:
-        find_knobs(path.read_text(encoding="utf-8", errors="replace"), path=program.target,
-                   declared=declared)
+        knobs = find_knobs(source, path=program.target, declared=declared)
     except DeclaredKnobError as exc:
         raise ProgramError(f"{locate('knobs.' + exc.knob)}: field 'knobs.{exc.knob}': {exc}") from None
     except (KnobError, SyntaxError) as exc:
         raise ProgramError(f"{locate('target')}: field 'target': {program.target}: {exc}; fix that "
                            f"`# search:` annotation, or name the knobs in program.md's knobs: "
                            f"(which replaces the annotations)") from None
+    dead = {o.name: o for o in overridden(source, program.target, program.command)}
+    for knob in knobs:
+        hit = dead.get(knob.name) or next((o for n, o in dead.items() if n.endswith("." + knob.name)), None)
+        if hit is not None:
+            field_name = f"knobs.{knob.name}" if declared else "command"
+            raise ProgramError(
+                f"{locate(field_name)}: field {field_name!r}: the command passes "
+                f"{hit.flag.text}, which overrides {hit.name} in {program.target} (line {hit.line}): "
+                f"the researcher's edits to it would do nothing. Remove {hit.flag.text} from command "
+                f"(the target's value is what runs then), or drop the knob")
 
 
 def _repo_root(path: Path) -> Path:

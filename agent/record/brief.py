@@ -3,8 +3,9 @@
 Built from the typed `LoopState` (nothing is re-read from disk), in four sections ordered by
 how often they change, so that a provider's prompt cache serves what did not:
 
-- `setup`: the test a candidate must pass (budget, seed plan, alpha, min_effect, rule) and
-  the device: fixed for the night;
+- `setup`: the test a candidate must pass (budget, seed plan, alpha, min_effect, rule), the
+  lines of the target that the command's flags override (editing them does nothing) and the
+  device: fixed for the night;
 - `incumbent`: its value on fresh seeds, the run metrics its training script reports
   (tokens/s, steps, memory, grad norm, MFU, ... whatever RunFinished.metrics holds), the
   kept experiments, and the tail of its training log: changes on a keep;
@@ -53,6 +54,8 @@ class EvaluationPlan:
     fdr: str = "none"
     evaluator: bool = False     # the metric is the evaluation step's, not the script's
     early_stop: tuple[float, ...] = ()   # checkpoints where a losing run may be stopped (none: off)
+    target: str = ""
+    fixed: tuple[str, ...] = ()   # lines of the target a command flag overrides: "batch_size (line 18) by --batch_size=12"
 
 
 @dataclass(frozen=True)
@@ -164,6 +167,10 @@ def _setup(plan: EvaluationPlan, environment: Mapping[str, Any] | None, device: 
                      f"of its budget, is confidently losing to the incumbent's on the same seed is "
                      f"stopped there: a discard stopped early, which is what its curve predicted, "
                      f"not a measured {plan.metric}; the loss a progress line prints is what it reads.")
+    if plan.fixed:
+        lines.append(f"Fixed by the command: its flags override these lines of {plan.target or 'the target'}, "
+                     f"so editing them changes nothing that runs; do not spend an experiment on "
+                     f"them: {'; '.join(plan.fixed)}.")
     env = environment or {}
     gpus = env.get("gpus") or []
     hardware = ", ".join(str(g).split(",")[0] for g in gpus) if gpus else f"CPU only ({env.get('cpu_model') or 'unknown CPU'})"

@@ -5,7 +5,8 @@
 
     run_id, commit, parent, diff (git patch parent -> commit), target_digest {path: sha256},
     protected_digests {path: sha256}, seed, role, experiment, budget_s, grace_s, command,
-    split, data_dir, data_meta (corpus_hash, split rule, sizes), sandbox {backend, image,
+    split, data_dir, data_meta (corpus_hash, split rule, sizes), data_hash (the prepare step's
+    corpus_hash, else the content hash of the data: folder), sandbox {backend, image,
     image_id, image_digests, isolation facts}, environment {python, torch, numpy, cuda, cudnn,
     driver, gpus, gpu_count, cpu_model, cpu_count, hostname, platform, nightshift},
     env_fingerprint, determinism {seed, seeding, budget_kind, ...: what was observed},
@@ -189,7 +190,7 @@ def comparable_facts(record: Mapping[str, Any]) -> dict[str, tuple[Any, bool]]:
     data_meta = record.get("data_meta") or {}
     facts: dict[str, tuple[Any, bool]] = {key: (env.get(key), True) for key in MATERIAL_FIELDS}
     facts.update({key: (env.get(key), False) for key in INFORMATIONAL_FIELDS})
-    facts["data_hash"] = (data_meta.get("corpus_hash"), True)
+    facts["data_hash"] = (record.get("data_hash") or data_meta.get("corpus_hash"), True)
     facts["sandbox_backend"] = (sandbox.get("backend"), True)
     facts["image_id"] = (sandbox.get("image_id"), True)
     return facts

@@ -39,6 +39,20 @@ def tsv_value(state: LoopState, experiment: Experiment) -> tuple[float | None, s
     return experiment.mean(), ""
 
 
+BASELINE = "baseline"   # the description of results.tsv's first row, as in autoresearch
+
+
+def baseline_row(state: LoopState) -> tuple[str, float, float | None] | None:
+    """The base commit as results.tsv's first row, as autoresearch writes it: (commit, the
+    mean of its reference seeds, its peak memory in MB); None until a reference run landed."""
+    base = state.base_commit
+    values = list(state.reference(base).values()) if base else []
+    if not values:
+        return None
+    memory = [r.peak_memory_mb for r in state.runs if r.commit == base and r.peak_memory_mb]
+    return base, statistics.fmean(values), max(memory) if memory else None
+
+
 class TsvWriter:
     """results.tsv kept current while a night runs: rewritten at once when asked (`now`: the
     night stops), else at most every `every_s`, since it holds every experiment and a rewrite
@@ -62,8 +76,14 @@ class TsvWriter:
 
 
 def write_tsv(state: LoopState, results_dir: Path, metric: str = "val_bpb") -> Path:
-    """Regenerate results.tsv in autoresearch's columns (the metric column keeps its name)."""
+    """Regenerate results.tsv in autoresearch's columns (the metric column keeps its name):
+    the baseline first (status keep, description `baseline`), then each decided experiment."""
     lines = ["\t".join((TSV_COLUMNS[0], metric, *TSV_COLUMNS[2:]))]
+    base = baseline_row(state)
+    if base is not None:
+        commit, mean, memory = base
+        lines.append("\t".join((commit[:7], f"{mean:.6f}", f"{memory / 1024:.1f}" if memory else "0.0",
+                                str(Verdict.KEEP), BASELINE)))
     for experiment in state.experiments.values():
         if not experiment.decided:
             continue

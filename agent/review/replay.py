@@ -9,6 +9,11 @@ Two questions, answered from one set of runs:
   and the Spearman rank correlation of kept commits between proxy and full scale, so a proxy
   win that inverts at scale shows.
 
+A replay that asks for what the command cannot pass on is refused (`--split test` for a
+command without `{split}` whose script never reads NIGHTSHIFT_SPLIT: it would measure the
+night's split, labelled test) or warned about (a longer `--budget` that no run can see); see
+`unexpressed_changes`.
+
 Every replayed run also compares its environment with the original run's provenance
 (`agent.provenance.compare_environments`) and lists what changed.
 
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import subprocess
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -154,6 +160,7 @@ class Replayer:
     original_split: str = "val"
     on_event: Callable[[Replay], None] = lambda event: None
     events: list[Replay] = field(default_factory=list)   # what this replay recorded, in order
+    warnings: list[str] = field(default_factory=list)    # settings no run will see (unexpressed_changes)
 
     def replay(self, targets: Sequence[Target], settings: ReplaySettings) -> ReplaySummary:
         """Run every target on every seed (seed-major, so slow drift of the machine hits all
@@ -258,6 +265,44 @@ class Replayer:
         return event
 
 
+class ReplayRefused(ValueError):
+    """The replay asks for a change the command cannot pass on to the script."""
+
+
+def unexpressed_changes(command: str, settings: ReplaySettings, original_budget_s: float | None,
+                        reads: Callable[[str], bool]) -> tuple[list[str], list[str]]:
+    """(refusals, warnings): what `settings` changes from the night that no run would see.
+    A script learns its split and budget from `{split}`/`{budget_s}` in the command or from
+    NIGHTSHIFT_SPLIT/NIGHTSHIFT_BUDGET_S; `reads(name)` says whether a file of the commit
+    names that variable. A split it cannot see would be measured as the night's and
+    labelled test: refused. A budget it cannot see changes only when the run is killed (a
+    step-budgeted script trains as long as it did): said, and the replay runs."""
+    refusals, warnings = [], []
+    if settings.split != "val" and "{split}" not in command and not reads("NIGHTSHIFT_SPLIT"):
+        refusals.append(
+            f"--split {settings.split}: the command has no {{split}} and no file of the commit reads "
+            f"NIGHTSHIFT_SPLIT, so every run would measure the split the night measured, recorded as "
+            f"{settings.split}. Add {{split}} to command where the script takes its split (e.g. "
+            f"--split={{split}}), or have the script read NIGHTSHIFT_SPLIT; or replay without --split")
+    if (original_budget_s is not None and not math.isclose(settings.budget_s, original_budget_s)
+            and "{budget_s}" not in command and not reads("NIGHTSHIFT_BUDGET_S")):
+        warnings.append(
+            f"--budget {settings.budget_s:g}s: the command has no {{budget_s}} and no file of the commit "
+            f"reads NIGHTSHIFT_BUDGET_S, so the runs train as long as the night's ({original_budget_s:g} s "
+            f"budget); only the time they are killed at moves. To train longer, add {{budget_s}} to "
+            f"command where the script takes its training time, or raise its step count in command")
+    return refusals, warnings
+
+
+def commit_reads(root: Path, commit: str) -> Callable[[str], bool]:
+    """Whether a tracked file of `commit` in the repository at `root` names a variable."""
+    def reads(name: str) -> bool:
+        done = subprocess.run(["git", "-C", str(root), "grep", "-q", "-F", "-e", name, commit, "--"],
+                              capture_output=True)
+        return done.returncode == 0
+    return reads
+
+
 def new_replay_dir(tag_dir: Path) -> tuple[str, Path]:
     """A fresh replay id and its folder under results/<tag>/replays/."""
     return new_dated_dir(Path(tag_dir) / REPLAYS_DIR)
@@ -295,6 +340,12 @@ def build_replayer(program: Program, tag: str, settings: ReplaySettings, *, sand
     # The tag's worktree is reset when opened: not while its night runs (agent/night/lock.py).
     refuse_if_locked(tag_dir, tag)
     ledger = Ledger(tag_dir)
+    original_budget_s = ledger.state.budget_s or program.budget_s
+    refusals, warnings = unexpressed_changes(
+        program.command, settings, original_budget_s,
+        commit_reads(program.root, ledger.state.incumbent or ledger.state.base_commit or "HEAD"))
+    if refusals:
+        raise ReplayRefused(" ".join(refusals))
     workspace = Workspace.open(program.root, tag, tag_dir / "worktree")
     data = prepare_data(program.prepare, workspace.path, data_cache())
     if runner is None:
@@ -307,6 +358,5 @@ def build_replayer(program: Program, tag: str, settings: ReplaySettings, *, sand
                            data=data, results_dir=folder)
     replayer = Replayer(tag_dir=tag_dir, ledger=ledger, state=ledger.state,
                         executor=executor, replay_id=replay_id, direction=program.direction,
-                        original_budget_s=ledger.state.budget_s or program.budget_s,
-                        on_event=on_event)
+                        original_budget_s=original_budget_s, on_event=on_event, warnings=warnings)
     return replayer, workspace

@@ -408,7 +408,9 @@ def _environment(state: LoopState, tag_dir: Path) -> dict[str, Any]:
         record = read_provenance(tag_dir / "runs" / run.run_id)
         if record:
             return {"facts": record.get("environment") or {}, "sandbox": record.get("sandbox") or {},
-                    "data": record.get("data_meta") or {}, "command": record.get("command"),
+                    "data": {**(record.get("data_meta") or {}),   # a data: folder's content hash too
+                             "corpus_hash": record.get("data_hash") or (record.get("data_meta") or {}).get("corpus_hash")},
+                    "command": record.get("command"),
                     "split": record.get("split"), "fingerprints": fingerprints}
     return {"facts": {}, "sandbox": {}, "data": {}, "command": None, "split": None,
             "fingerprints": fingerprints}

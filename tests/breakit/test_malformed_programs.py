@@ -72,7 +72,7 @@ PARSE = [
     ("workers-zero", field("workers", "0"), None, "workers", "from 1 to 1024"),
     ("workers-word", field("workers", "lots"), None, "workers", "auto"),
     ("overlap", field("overlap", "maybe"), None, "overlap", "true or false"),
-    ("cluster", field("cluster", "slurm"), None, "cluster", "expected one of"),
+    ("cluster", field("cluster", "kubernetes"), None, "cluster", "expected one of"),
     ("target-absolute", field("target", "/etc/passwd"), None, "target", "relative to the repository root"),
     ("target-dotdot", field("target", "code/../../x.py"), None, "target", "'..'"),
     ("target-protected", field("protected", "[sleepy.py]"), None, "protected", "also protected"),

@@ -14,6 +14,20 @@ def test_help_explains_every_command(tmp_path):
         assert command in done.stdout
 
 
+def test_help_paragraphs_wrap_at_the_terminal_not_mid_sentence(tmp_path):
+    """Typer kept each docstring line break of a later paragraph: at 80 columns every
+    line broke in two, leaving a fragment like `land within the` on a line of its own."""
+    env = {**cli_env(tmp_path), "COLUMNS": "80", "TERMINAL_WIDTH": "80"}
+    done = nightshift(tmp_path, "replay", "--help", env=env)
+    assert done.returncode == 0
+    lines = [line.strip() for line in done.stdout.splitlines()]
+    start = next(i for i, line in enumerate(lines) if line.startswith("With the night's budget"))
+    paragraph = lines[start:lines.index("", start)]
+    assert " ".join(paragraph).startswith("With the night's budget and split it checks reproduction "
+                                          "(does each metric land within the seed noise of the night's?);")
+    assert all(len(line) >= 60 for line in paragraph[:-1]), paragraph   # full lines, no fragments
+
+
 def test_malformed_program_names_field_and_line_and_exits_1(tmp_path):
     repo = _repo(tmp_path, PROGRAM.replace("budget: 1s", "budget: soon"))
     done = nightshift(repo, "run", "--tag", "x", env=cli_env(tmp_path))

@@ -93,6 +93,11 @@ def test_a_training_step_longer_than_its_pair_is_over_budget_on_a_wall_clock_nig
     assert over.verdict.value == "over_budget" and over.evidence["allowed_s"] == 6.0
     assert flag([run(1000, 1.9, 90.0)], ref, wall_clock=False) is None   # a step-budgeted script
     assert flag([run(1001, 1.9, 90.0)], ref) is None                   # no pair on that seed yet
+    # seeds that share nothing are not paired: then the incumbent's median is the measure
+    refs = ref + [run(s, 2.0, 64.0 + s, Role.REFERENCE, commit="i") for s in range(3)]
+    unpaired = flag([run(1001, 1.9, 90.0)], refs)
+    assert unpaired.verdict.value == "over_budget" and unpaired.evidence["paired"] is False
+    assert "the incumbent's median 65.0 s" in unpaired.reason
 
 
 def test_seeds_that_change_nothing_are_flagged_and_honest_seeds_are_not():

@@ -18,7 +18,7 @@ def test_a_night_over_a_trainer_script(tmp_path, data_root):
     state = loop_state(repo, "hf")
     baseline = [r for r in state.runs if r.commit == head]
     assert all(r.ok and r.metrics["eval_accuracy"] > 0 for r in baseline)
-    assert len({r.metric for r in baseline}) == len(baseline)
+    assert len({r.metric for r in baseline}) == len({r.seed for r in baseline})
     run_dir = repo / "results" / "hf" / "runs" / baseline[0].run_id
     assert json.loads((run_dir / "out" / "all_results.json").read_text())["eval_loss"] == baseline[0].metric
     assert not (run_dir / "out" / "checkpoint-300").exists()
@@ -29,4 +29,4 @@ def test_a_night_over_a_trainer_script(tmp_path, data_root):
     assert git_out(repo, "diff", "--name-only", head, experiment.commit) == "run_train.py"
     diff = git_out(repo, "diff", "-U0", head, experiment.commit)
     assert "field(default=" in diff and set(experiment.extra["params"]) <= {
-        "learning_rate", "warmup_ratio", "weight_decay", "lr_scheduler_type"}
+        "learning_rate", "warmup_steps", "weight_decay", "lr_scheduler_type"}

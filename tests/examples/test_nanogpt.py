@@ -33,17 +33,27 @@ def test_a_night_over_nanogpt_without_editing_it(tmp_path, data_root):
     assert len(set(by_seed.values())) == len(by_seed) >= 2                # the seed reached it
     first = baseline[0]
     assert set(first.metrics) >= {"val_loss", "iter", "train_loss", "ms_per_iter"}   # from the patterns
-    assert first.metrics["iter"] == 2000 and first.over_budget_s is None
+    assert first.metrics["iter"] == 500 and first.over_budget_s is None
     # its `iter N: loss X` lines, read live through metrics_pattern: the curve early stopping
     # compares, step for step (no training clock printed)
-    assert first.curve.placed == "clock" and first.curve.points[-1].step == 2000
+    assert first.curve.placed == "clock" and first.curve.points[-1].step == 500
     run_dir = repo / "results" / "n1" / "runs" / first.run_id
     log = (run_dir / "log.txt").read_text()
     assert f"Overriding config with {run_dir / 'out' / 'seed.py'}" in log        # {out}, {seed}
     assert "found 20000 train and 2000 val tokens in data/shakespeare_char" in log   # the mount
+    # ms_per_iter is an iteration's own time, not the last one's, which includes the final eval
+    assert first.metrics["ms_per_iter"] == float(re.search(r"iter 499: .*time ([0-9.]+)ms", log).group(1))
     provenance = json.loads((run_dir / "provenance.json").read_text())
+    from agent.night.data import content_hash
+
+    assert provenance["data_hash"] == first.data_hash == content_hash(repo / "data" / "shakespeare_char")
+    from agent.review.report import build_context
+
+    context = build_context(repo / "results" / "n1")
+    assert context["environment"]["data"]["corpus_hash"] == first.data_hash    # the report's data corpus
+    assert context["facts"]["corpus_hash"] == first.data_hash
     assert provenance["determinism"]["budget_kind"] == "step"
-    assert provenance["run_env"] == {"OMP_NUM_THREADS": "2"}
+    assert provenance["run_env"] == {"OMP_NUM_THREADS": "1"}
     assert provenance["data_mount"][0]["path"] == "data/shakespeare_char"
     assert provenance["outputs"]["dropped"]["work"] == {"out-shakespeare-char/ckpt.pt": 1_500_000}
     assert not (run_dir / "work" / "out-shakespeare-char" / "ckpt.pt").exists()
@@ -99,7 +109,50 @@ def test_the_readme_shows_the_nanogpt_example_in_full():
     from tests.loop_helpers import PROJECT
 
     readme = (PROJECT / "README.md").read_text()
-    blocks = [part.split("```", 1)[0] for part in readme.split("```yaml\n")[1:]]
-    (block,) = [b for b in blocks if "karpathy/nanoGPT" in b]     # the README has other YAML too
+    block = readme.split("```yaml\n---\n# karpathy/nanoGPT", 1)[1].split("```", 1)[0]
+    block = "---\n# karpathy/nanoGPT" + block
     example = (PROJECT / "examples" / "nanogpt" / "program.md").read_text()
     assert example.startswith(block)
+
+
+def test_run_warns_at_the_start_when_a_run_cannot_finish_in_its_budget(tmp_path, data_root):
+    """The estimate `check` gives, said once while the night's first run goes: 2000
+    iterations of 50 ms cannot end inside 2 s + 3 s of grace, so every run would be killed."""
+    repo = example_repo(tmp_path / "nanoGPT", "nanogpt", budget="2s", grace="3s", command=(
+        "python train.py config/train_shakespeare_char.py --device=cpu --max_iters=2000 "
+        "--iter_sleep=0.05 --eval_sleep=0.5"))
+    done = nightshift(repo, "run", "--tag", "slow", "--max-experiments", "1", env=cli_env(data_root))
+    out = " ".join(done.stdout.split())
+    assert done.returncode == 4, done.stdout + done.stderr          # the baseline is killed
+    assert out.count("warning: at ") == 1, out
+    assert re.search(r"warning: at \d+ ms per iteration, 2000 iterations take about [0-9.]+ min "
+                     r"\(--max_iters=2000 in command\); your budget is 2 s, and grace 3 s: every run "
+                     r"of this night would be killed at 5 s", out), out
+    assert "--max_iters=2000 in command down to about" in out
+
+
+def test_an_llm_researcher_is_told_which_config_lines_the_command_fixes(tmp_path):
+    """The example's prose no longer invites width, batch or context changes, and the brief an
+    LLM researcher reads names the lines nanoGPT's CPU flags override as fixed."""
+    from agent.night.context import evaluation_plan, research_context
+    from agent.program import load_program
+    from agent.record.events import LoopStarted
+    from agent.record.state import fold
+    from agent.workspace.repo import Workspace
+
+    repo = example_repo(tmp_path / "nanoGPT", "nanogpt")
+    program = load_program(repo / "program.md")
+    workspace = Workspace.open(repo, "brief", tmp_path / "worktree")
+    try:
+        state = fold([LoopStarted(tag="brief", base_commit=workspace.head())])
+        context = research_context(state, program, workspace, evaluation_plan(program, 300.0, "sequential"),
+                                   offset=0, deadline=None)
+    finally:
+        workspace.remove(delete_branch=True)
+    setup = " ".join(context.brief.setup.split())
+    assert "Fixed by the command: its flags override these lines of config/train_shakespeare_char.py" in setup
+    for line in ("batch_size (line 18) by --batch_size=12", "block_size (line 19) by --block_size=64",
+                 "n_head (line 23) by --n_head=4", "n_embd (line 24) by --n_embd=128",
+                 "max_iters (line 28) by --max_iters=500"):
+        assert line in setup
+    assert "width, batch and context size" not in program.prose

@@ -23,6 +23,36 @@ def test_the_budget_is_judged_from_the_duration(duration, kind):
         assert judged.over_s == 33.0 and "past its 60 s budget by 33 s" in judged.note
 
 
+def test_a_step_budgeted_run_slowed_by_load_is_still_judged_step_budgeted():
+    """The case seen on nanoGPT: 500 iterations took 116 s under load instead of 38 s. Its
+    wall clock alone says "wall clock"; its steps, the count the command sets and the same
+    as the incumbent's faster run, say a step count."""
+    assert judge_budget(116.0, 120.0, 60.0).kind == "wall_clock"
+    by_count = judge_budget(116.0, 120.0, 60.0, steps=500, planned_steps=500)
+    assert by_count.kind == "step" and "500 steps in 116.0 s, the count its command or target sets" in by_count.note
+    by_peer = judge_budget(116.0, 120.0, 60.0, steps=500, peers=[(500, 38.0)])
+    assert by_peer.kind == "step" and "the same 500 steps in 116 s as another run in 38 s" in by_peer.note
+    past = judge_budget(190.0, 120.0, 60.0, steps=500, peers=[(500, 38.0)])
+    assert past.kind == "over_budget" and "step-budgeted (the same 500 steps" in past.note
+
+
+def test_a_wall_clock_run_is_not_taken_for_a_step_count():
+    """Steps that vary with the machine, or equal steps in about the same time (two
+    wall-clock runs can tie), leave the wall-clock judgement alone."""
+    assert judge_budget(61.0, 60.0, 60.0, steps=1400, peers=[(2100, 61.5)]).kind == "wall_clock"
+    tie = judge_budget(61.0, 60.0, 60.0, steps=2100, peers=[(2100, 61.5)], planned_steps=100_000)
+    assert tie.kind == "wall_clock" and "2100 steps for a 60 s budget" in tie.note
+
+
+def test_steps_are_read_from_the_usual_names():
+    from agent.night.checks import reported_steps
+
+    assert reported_steps({"iter": 2000, "val_loss": 1.2}) == 2000
+    assert reported_steps({"steps": 310, "tokens": 9.9e6}) == 310
+    assert reported_steps({"tokens": 9.9e6}) == 9.9e6
+    assert reported_steps({"epoch": 3.0, "flag": True}) is None
+
+
 def test_an_overrun_is_flagged_before_the_grace_kills_it():
     for budget, grace in ((1, 4), (60, 60), (600, 60), (30, 10)):
         assert 0 < budget_tolerance_s(budget, grace) < grace

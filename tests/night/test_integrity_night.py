@@ -15,6 +15,7 @@ CAUSAL = "F.scaled_dot_product_attention(q, k, v, is_causal=True)"
 BUDGET_LINE = 'BUDGET_S = float(os.environ.get("NIGHTSHIFT_BUDGET_S", "60"))'
 SEED_LINE = 'SEED = int(os.environ.get("NIGHTSHIFT_SEED", "0"))'
 LOOP_LINE = "while train_time < BUDGET_S:"
+SCHEDULE_LINE = "lr_mult = lr_scale_at(train_time / BUDGET_S)"
 
 VECTORS = {   # experiment id -> (the edit, the verdict it must get)
     "e0001": ({"replace": ['    "status": "ok",', '    "status": "ok", "val_bpb": 0.5,'],
@@ -27,11 +28,11 @@ VECTORS = {   # experiment id -> (the edit, the verdict it must get)
                "description": "train on the validation split"}, "leak"),
     "e0004": ({"replace": [BUDGET_LINE, BUDGET_LINE + " * 10"],
                "description": "train ten times the budget"}, "over_budget"),
-    # A fixed seed, in a script that counts its steps: on a wall clock of 3 s on a busy machine
-    # the steps a run gets vary more than the seed matters (then a fixed seed buys nothing and
-    # the fingerprints rightly show no sameness); counted steps make it the harmful case, every
-    # run the same lucky draw.
-    "e0005": ({"replace": [[SEED_LINE, "SEED = 1234"], [LOOP_LINE, "while step < 5:"]],
+    # A fixed seed, in a script that counts its steps and schedules its lr by them: every run the
+    # same lucky draw (on a 3-s wall clock on a busy machine the steps a run gets vary more than
+    # the seed matters, so a fixed seed alone buys nothing there, and is rightly not flagged).
+    "e0005": ({"replace": [[SEED_LINE, "SEED = 1234"], [LOOP_LINE, "while step < 20:"],
+                           [SCHEDULE_LINE, "lr_mult = lr_scale_at(step / 20)"]],
                "description": "a fixed seed, counted steps"}, "ignores_seed"),
     "e0006": ({"replace": [LOOP_LINE, "while False:"], "description": "skip training"}, None),
     "e0007": ({"source": "import json, os\nos.makedirs(os.environ['NIGHTSHIFT_OUT'], exist_ok=True)\n"

@@ -55,7 +55,8 @@ def test_loop_runs_records_and_resumes(tmp_path, data_root):
 
     tsv = (repo / "results" / "e2e" / "results.tsv").read_text().splitlines()
     assert tsv[0].split("\t") == ["commit", "val_bpb", "memory_gb", "status", "description"]
-    assert len(tsv) == 3
+    assert tsv[1].split("\t")[0] == user_head[:7] and tsv[1].endswith("\tkeep\tbaseline")
+    assert len(tsv) == 4
     # The user's checkout is untouched, and results/ does not show up in it.
     assert git_out(repo, "rev-parse", "HEAD") == user_head
     assert git_out(repo, "status", "--porcelain") == ""

@@ -64,3 +64,23 @@ def test_replacing_a_protected_file_in_the_working_layer_is_tampering(executor_f
     run = make("protected", LocalRunner(kill_grace_s=1.0)).run(workspace.head(), 0, "reference", None)
     assert run.status == Status.TAMPERED and "evaluate.py" in run.reason
     assert workspace.read("evaluate.py") == "def score(): return 1.0\n"   # the commit is untouched
+
+
+def test_a_data_folder_gets_a_content_hash_once_cached_by_its_stat_digest(tmp_path):
+    """The report's data corpus showed '-' for a data: folder (only a stat digest was kept).
+    Its content hash is taken once and cached: the same files are not read again, changed
+    bytes give another hash."""
+    from agent.night.data import content_hash
+
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "train.bin").write_bytes(b"\x01" * 1000)
+    (folder / "val.bin").write_bytes(b"\x02" * 100)
+    cache = tmp_path / "cache"
+    first = content_hash(folder, cache)
+    assert len(first) == 16 and len(list((cache / "content-hashes").iterdir())) == 1
+    (cache / "content-hashes").joinpath(next((cache / "content-hashes").iterdir()).name).write_text(
+        '{"content_hash": "from-the-cache"}')
+    assert content_hash(folder, cache) == "from-the-cache"          # not read again
+    (folder / "val.bin").write_bytes(b"\x03" * 101)                  # new bytes, new stat digest
+    assert content_hash(folder, cache) not in (first, "from-the-cache")

@@ -107,3 +107,36 @@ def test_a_discard_stopped_early_reads_as_one_never_as_a_measurement(tmp_path):
     brief = build_brief(ledger.state, dataclasses.replace(PLAN, early_stop=(0.25, 0.5, 0.75)))
     assert "25%, 50%, 75% of its budget" in brief.setup and "a discard stopped early" in brief.setup
     assert "stopped early" not in build_brief(ledger.state, PLAN).setup     # off: not said
+
+
+def flagged_night(tmp_path) -> Ledger:
+    ledger = night(tmp_path, 2)
+    ledger.append(ExperimentProposed(id="e0003", commit="c0000003", parent="base0000",
+                                     description="attention sees the whole window", hypothesis="h"))
+    ledger.append(RunFinished(run_id="r3", commit="c0000003", seed=0, role="candidate", experiment="e0003",
+                              status=Status.LOOKAHEAD, reason="the evaluator's causality probe failed"))
+    ledger.append(DecisionMade(id="e0003", commit="c0000003", incumbent="base0000", verdict=Verdict.LOOKAHEAD,
+                               reason="lookahead on seed 0: the evaluator's causality probe failed: "
+                                      "predictions before it moved by 0.58 nats"))
+    return ledger
+
+
+def test_a_flagged_candidate_is_named_with_its_reason_and_the_goal_restated(tmp_path):
+    plan = EvaluationPlan(**{**PLAN.__dict__, "evaluator": True})
+    brief = build_brief(flagged_night(tmp_path).state, plan)
+    assert "the harness's evaluator, in a sandbox of its own, scores the saved model" in brief.setup
+    assert "Flagged, not kept (1): these changed how val_bpb was produced" in brief.recent
+    assert "- e0003 lookahead: lookahead on seed 0: the evaluator's causality probe failed" in brief.recent
+    assert "What counts is the lowest val_bpb that the harness measures on held-out data" in brief.recent
+    assert "failed to run" not in brief.recent        # an integrity verdict is not counted as a crash
+    assert "Flagged" not in build_brief(night(tmp_path / "clean", 2).state, plan).recent
+
+
+def test_lines_the_command_overrides_are_named_fixed_in_the_setup(tmp_path):
+    fixed = ("batch_size (line 18) by --batch_size=12", "n_embd (line 24) by --n_embd=128")
+    plan = EvaluationPlan(**{**PLAN.__dict__, "target": "config/train_shakespeare_char.py", "fixed": fixed})
+    setup = build_brief(night(tmp_path, 1).state, plan).setup
+    assert ("Fixed by the command: its flags override these lines of config/train_shakespeare_char.py, "
+            "so editing them changes nothing that runs") in setup
+    assert "batch_size (line 18) by --batch_size=12; n_embd (line 24) by --n_embd=128." in setup
+    assert "Fixed by the command" not in build_brief(night(tmp_path / "b", 1).state, PLAN).setup

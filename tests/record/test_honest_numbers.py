@@ -63,7 +63,8 @@ def status_text(folder):
 def test_results_tsv_shows_a_kept_commit_at_its_fresh_seed_value(tmp_path):
     ledger = kept_night(tmp_path)
     write_tsv(ledger.state, tmp_path)
-    [row] = tsv_rows(tmp_path)
+    baseline, row = tsv_rows(tmp_path)
+    assert (baseline["description"], float(baseline["val_bpb"])) == ("baseline", 2.0)
     assert row["status"] == "keep" and float(row["val_bpb"]) == sum(FRESH.values()) / 4
     assert row["description"] == "lucky"
 
@@ -71,7 +72,7 @@ def test_results_tsv_shows_a_kept_commit_at_its_fresh_seed_value(tmp_path):
 def test_results_tsv_labels_the_selection_mean_until_the_fresh_seeds_land(tmp_path):
     ledger = kept_night(tmp_path, fresh=False)
     write_tsv(ledger.state, tmp_path)
-    [row] = tsv_rows(tmp_path)
+    _, row = tsv_rows(tmp_path)
     assert float(row["val_bpb"]) == sum(SELECTING.values()) / 2
     assert "selection mean: not yet measured on fresh seeds" in row["description"]
 
@@ -80,7 +81,10 @@ def test_status_prints_the_incumbent_fresh_or_not_yet_measured(tmp_path):
     kept_night(tmp_path / "measured")
     text = status_text(tmp_path / "measured")
     assert "incumbent bbbbbbbb  val_bpb 2.0050" in text and "fresh seeds" in text
-    assert "selection mean 1.9000 over 2 seeds (biased up by selection)" in text
+    assert "selection mean 1.9000 over 2 seeds (biased low by selection)" in text   # val_bpb is minimized
+    console = Console(record=True, width=200)
+    print_status(console, tmp_path / "measured", "accuracy", direction="maximize")
+    assert "(biased high by selection)" in console.export_text()
     kept_night(tmp_path / "not_yet", fresh=False)
     text = status_text(tmp_path / "not_yet")
     assert "incumbent bbbbbbbb  val_bpb not yet measured on fresh seeds" in text

@@ -123,9 +123,13 @@ def test_tsv_has_autoresearch_columns(tmp_path):
     _night(ledger)
     ledger.append(decided(Verdict.DISCARD))
     path = write_tsv(ledger.state, tmp_path)
-    header, row = path.read_text().splitlines()
+    header, baseline, row = path.read_text().splitlines()
     assert header.split("\t") == ["commit", "val_bpb", "memory_gb", "status", "description"]
+    assert baseline.split("\t") == ["base000", "2.120000", "0.0", "keep", "baseline"]   # its 3 seeds' mean
     assert row.split("\t") == ["cand000", "2.000000", "2.0", "discard", "LR down"]
+    empty = Ledger(tmp_path / "new")
+    empty.append(LoopStarted(tag="t", base_commit="base0000"))
+    assert write_tsv(empty.state, tmp_path / "new").read_text().count("\n") == 1   # no baseline yet
 
 
 def test_pandas_loader_gives_tidy_frames(tmp_path):

@@ -114,11 +114,15 @@ def test_comparing_environments_lists_material_and_informational_changes(recorde
     assert compare_environments(original, original) == []
     changed = json.loads(json.dumps(original))
     changed["environment"].update(torch="9.9", hostname="elsewhere", gpus=["NVIDIA H100, 550.1"])
-    changed["data_meta"]["corpus_hash"] = "other"
+    changed["data_meta"]["corpus_hash"] = changed["data_hash"] = "other"   # data_hash: what the runs saw
     found = {d.field: d for d in compare_environments(original, changed)}
     assert set(found) == {"torch", "gpus", "hostname", "data_hash"}
     assert found["torch"].material and found["data_hash"].material and not found["hostname"].material
     assert [d.field for d in compare_environments(original, changed)][-1] == "hostname"  # material first
+    old = {k: v for k, v in original.items() if k != "data_hash"}        # a record from before data_hash
+    older = json.loads(json.dumps(old))
+    older["data_meta"]["corpus_hash"] = "other"
+    assert "data_hash" in {d.field for d in compare_environments(old, older)}
     # the fingerprint ignores the host name but not the versions
     renamed = dict(original["environment"], hostname="x")
     assert fingerprint(renamed) == fingerprint(original["environment"])

@@ -207,3 +207,34 @@ def test_cli_replay_kept(night):
                           capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2])
     assert done.returncode == 0, done.stdout + done.stderr
     assert "reproduced" in done.stdout
+
+
+def test_cli_replay_refuses_a_split_the_command_cannot_pass_on(night):
+    """The toy reads NIGHTSHIFT_SEED, _BUDGET_S and _OUT, never NIGHTSHIFT_SPLIT, and its
+    command has no {split}: `--split test` would re-measure the night's split labelled test."""
+    before = len(list(read_events(night["tag_dir"])))
+    done = subprocess.run([sys.executable, "-m", "agent.cli", "replay", "--tag", night["tag"], "--kept",
+                           "--split", "test", "--program", str(night["root"] / "program.md")],
+                          capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 1, done.stdout + done.stderr
+    message = " ".join(done.stderr.split())
+    assert "--split test: the command has no {split} and no file of the commit reads NIGHTSHIFT_SPLIT" in message
+    assert "Add {split} to command where the script takes its split (e.g. --split={split})" in message
+    assert len(list(read_events(night["tag_dir"]))) == before and "Traceback" not in done.stderr
+
+
+def test_what_a_replay_asks_for_is_checked_against_what_the_command_passes_on():
+    from agent.review.replay import unexpressed_changes
+
+    nothing = lambda name: False                     # noqa: E731 - no file reads the variables
+    test_split = ReplaySettings(budget_s=600.0, seeds=(0,), split="test")
+    refusals, warnings = unexpressed_changes("python train.py", test_split, 60.0, nothing)
+    assert len(refusals) == 1 and refusals[0].startswith("--split test:")
+    assert len(warnings) == 1 and warnings[0].startswith("--budget 600s: the command has no {budget_s}")
+    assert "train as long as the night's (60 s budget)" in warnings[0]
+    assert unexpressed_changes("python train.py --split {split} --time {budget_s}", test_split, 60.0,
+                               nothing) == ([], [])
+    assert unexpressed_changes("python train/train.py", test_split, 60.0,
+                               lambda name: name.startswith("NIGHTSHIFT_")) == ([], [])   # the bundled one
+    same = ReplaySettings(budget_s=60.0, seeds=(0,))
+    assert unexpressed_changes("python train.py", same, 60.0, nothing) == ([], [])

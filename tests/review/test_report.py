@@ -181,3 +181,46 @@ def test_the_report_lists_every_run_stopped_early_and_the_time_saved(tmp_path):
     assert "2 candidate runs stopped early" in page and "43% of what the night's runs would have taken" in page
     assert "-0.8000 [-1.2000, -0.4000]" in page and "N_LAYER 6" in page
     assert "stopped early at 25%: a discard, not a measurement" in page     # the experiment's row says so
+
+
+def test_flagged_candidates_show_their_evidence_in_the_report_and_status(tmp_path):
+    """A misreport (the script's value beside the evaluator's) and an experiment-level flag
+    (its figures on the decision): the report's panel and `status` name both."""
+    from agent.record.events import (DecisionMade, ExperimentProposed, LoopStarted, Probe, RunFinished,
+                                     Verdict)
+    from sandbox import Status
+
+    folder = tmp_path / "results" / "flags"
+    ledger = Ledger(folder)
+    ledger.append(LoopStarted(tag="flags", base_commit="base0000"))
+    for seed in range(2):
+        ledger.append(RunFinished(run_id=f"b{seed}", commit="base0000", seed=seed, role="reference",
+                                  status=Status.OK, metric=2.0 + seed / 50, measured_by="evaluator"))
+    ledger.append(ExperimentProposed(id="e0001", commit="c1", parent="base0000", description="report 0.5"))
+    ledger.append(RunFinished(run_id="r1", commit="c1", seed=1000, role="candidate", experiment="e0001",
+                              status=Status.MISREPORTED, reported=0.5, metrics={"val_bpb": 3.79},
+                              probes=(Probe("causality", True, "0 nats"),), measured_by="evaluator",
+                              reason="the script reported val_bpb 0.5, the evaluator measured 3.79"))
+    ledger.append(DecisionMade(id="e0001", commit="c1", incumbent="base0000", verdict=Verdict.MISREPORTED,
+                               reason="misreported on seed 1000: the script reported val_bpb 0.5"))
+    ledger.append(ExperimentProposed(id="e0002", commit="c2", parent="base0000", description="ten times the budget"))
+    ledger.append(DecisionMade(id="e0002", commit="c2", incumbent="base0000", verdict=Verdict.OVER_BUDGET,
+                               reason="its training step took 90 s", evidence={"candidate_s": 90.0,
+                                                                              "incumbent_s": 63.0}))
+    context = build_context(folder)
+    flagged = {row["id"]: row for row in context["flagged"]}
+    assert flagged["e0001"]["evidence"] == {"reported": 0.5, "measured": 3.79, "seed": 1000}
+    assert flagged["e0002"]["evidence"] == {"candidate_s": 90.0, "incumbent_s": 63.0}
+    page = write_report(folder).html.read_text()
+    assert "Flagged candidates" in page and "misreported" in page and "over_budget" in page
+    assert "incumbent s" in page and "3.7900" in page
+    from io import StringIO
+
+    from rich.console import Console
+
+    from agent.cli.display import print_status
+    out = StringIO()
+    print_status(Console(file=out, width=200), folder, "val_bpb")
+    text = out.getvalue()
+    assert "flagged, never kept: 2 (e0001 misreported, e0002 over_budget)" in text
+    assert "metric: measured by the evaluation step" in text

@@ -1,6 +1,7 @@
 """A host-mode image records the interpreter it carries (sandbox/image.py); a harness running
 another one is refused before any run, saying which and how to rebuild. No engine needed."""
 import json
+import sys
 
 import pytest
 
@@ -23,5 +24,20 @@ def test_an_image_of_another_interpreter_is_refused_naming_both(tmp_path):
     with pytest.raises(ImageError) as caught:
         runtime_mounts(labels)
     message = str(caught.value)
-    assert f"{other}/bin/python" in message and python_executable() in message
+    assert f"{other}/bin/python" in message and sys.executable in message
     assert "python -m sandbox.image build --mode host" in message and "sandbox: local" in message
+
+
+def test_two_environments_sharing_one_interpreter_path_are_told_apart(tmp_path):
+    """A virtualenv's python resolves to its base's: the image and the harness can name the
+    same executable while carrying different packages. The message names their prefixes."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    labels = {LABEL_MODE: "host", LABEL_PREFIXES: json.dumps([str(venv), *python_prefixes()]),
+              LABEL_PYTHON: python_executable()}
+    with pytest.raises(ImageError) as caught:
+        runtime_mounts(labels)
+    message = str(caught.value)
+    built = f"{python_executable()} (environment {venv} + {' + '.join(python_prefixes())})"
+    assert f"carries the Python of {built}, but this harness runs " in message
+    assert f"(environment {' + '.join(python_prefixes())})" in message.split("this harness runs ")[1]

@@ -39,3 +39,29 @@ def test_other_lines_are_not_progress():
                  "{__import__('os').system('true'): 1, 'loss': 1}", "x" * 100_000):
         assert reader.feed(line) is None, line
     assert math.isnan(reader.feed("step 5 | loss nan").loss)   # a diverged run is still progress
+
+
+def test_nanogpt_iteration_lines_without_a_pattern():
+    point = ProgressReader().feed("iter 10: loss 2.3011, time 85.12ms, mfu 0.02%")
+    assert (point.step, point.loss) == (10, 2.3011)
+    assert point.values["time"] == 85.12 and point.values["mfu"] == 0.02
+
+
+def test_a_pattern_naming_some_figures_keeps_the_lines_step():
+    """examples/nanogpt's pattern takes ms_per_iter from iterations without an evaluation
+    only; the step and loss still come from the iteration line itself."""
+    pattern = (r"step (?P<iter>\d+): train loss (?P<train_loss>[0-9.]+)"
+               r"|iter (?!(?:\d*(?:000|250|500|750)|0):)\d+: loss [0-9.]+, time (?P<ms_per_iter>[0-9.]+)ms")
+    reader = ProgressReader(pattern)
+    plain = reader.feed("iter 251: loss 2.1000, time 70.00ms, mfu 0.02%")
+    assert (plain.step, plain.loss, plain.values["ms_per_iter"]) == (251, 2.1, 70.0)
+    evaluated = reader.feed("iter 500: loss 2.0500, time 602.00ms, mfu 0.02%")
+    assert evaluated.step == 500 and "ms_per_iter" not in evaluated.values
+    assert reader.feed("step 500: train loss 2.0100, val loss 2.0900").step == 500
+
+
+def test_a_message_written_over_a_bar_leaves_the_bar_readable():
+    line = " 5%|▌    | 10/200 [00:08<02:30,  1.26it/s]\r     \r"
+    assert ProgressReader().feed(line).total_steps == 200
+    mixed = " 5%|▌    | 10/200 [00:08<02:30,  1.26it/s]\r{'loss': 2.5, 'epoch': 0.1}"
+    assert ProgressReader().feed(mixed).loss == 2.5

@@ -126,3 +126,18 @@ def test_a_long_error_line_is_cut_in_the_middle_so_the_path_survives(tmp_path):
     _, _, _, reason = judge(tmp_path, exit_code=1, log=f"FileNotFoundError: No such file: '{path}'")
     assert reason.startswith("exit code 1: FileNotFoundError") and reason.endswith("train.bin'")
     assert len(reason) < 280
+
+
+def test_capped_log_passes_on_each_update_of_a_bar_as_it_is_drawn(tmp_path):
+    """tqdm redraws with \\r and writes no newline until it closes: each update reaches the
+    callback when the next begins, a \\r\\n line end stays one line, the file is unchanged."""
+    lines: list[str] = []
+    log = CappedLog(tmp_path / "log.txt", 10_000, lines.append)
+    log.write(b"  1%| | 1/100\r")
+    assert lines == []                         # a \r\n may yet follow
+    log.write(b"  2%| | 2/100\r  3%| | 3/100")
+    assert lines == ["  1%| | 1/100", "  2%| | 2/100"]
+    log.write(b"\r\nwindows line\r\nlast")
+    log.close()
+    assert lines[2:] == ["  3%| | 3/100", "windows line", "last"]
+    assert (tmp_path / "log.txt").read_bytes() == b"  1%| | 1/100\r  2%| | 2/100\r  3%| | 3/100\r\nwindows line\r\nlast"

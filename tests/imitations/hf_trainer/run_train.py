@@ -29,7 +29,7 @@ class TrainingArguments:
     do_eval: bool = field(default=False, metadata={"help": "Whether to run eval on the dev set."})
     learning_rate: float = field(default=5e-5, metadata={"help": "The initial learning rate for AdamW."})
     weight_decay: float = field(default=0.0, metadata={"help": "Weight decay for AdamW if we apply some."})
-    warmup_ratio: float = field(default=0.0, metadata={"help": "Linear warmup over warmup_ratio of total steps."})
+    warmup_steps: int = field(default=0, metadata={"help": "Linear warmup steps."})
     num_train_epochs: float = field(default=3.0, metadata={"help": "Total number of training epochs."})
     per_device_train_batch_size: int = field(default=8, metadata={"help": "Batch size per device."})
     lr_scheduler_type: str = field(default="linear", metadata={"help": "The scheduler type to use."})
@@ -63,7 +63,7 @@ def main():
     steps_per_epoch = 100
     total = int(training_args.num_train_epochs * steps_per_epoch)
     best = 0.35 + 0.15 * abs(math.log10(training_args.learning_rate / 3e-5)) \
-        + 0.5 * abs(training_args.warmup_ratio - 0.06) + 0.4 * abs(training_args.weight_decay - 0.01)
+        + 0.5 * abs(training_args.warmup_steps / total - 0.06) + 0.4 * abs(training_args.weight_decay - 0.01)
     noise = random.gauss(0, 0.01)
     start = time.time()
     for step in range(1, total + 1):

@@ -57,6 +57,7 @@ device = 'cuda' # examples: 'cpu', 'cuda', 'cuda:0', 'cuda:1' etc., or try 'mps'
 dtype = 'float32'
 compile = True # use PyTorch 2.0 to compile the model to be faster
 iter_sleep = 0.0 # (imitation only) seconds per iteration, standing for real compute
+eval_sleep = 0.0 # (imitation only) seconds per evaluation
 # -----------------------------------------------------------------------------
 config_keys = [k for k,v in globals().items() if not k.startswith('_') and isinstance(v, (int, float, bool, str))]
 exec(open('configurator.py').read()) # overrides from command line or config file
@@ -92,6 +93,7 @@ best_val_loss = 1e9
 for iter_num in range(max_iters + 1):
     if iter_num % eval_interval == 0 and master_process:
         losses = estimate_loss(iter_num)
+        time.sleep(eval_sleep)
         print(f"step {iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
         if losses['val'] < best_val_loss or always_save_checkpoint:
             best_val_loss = losses['val']
