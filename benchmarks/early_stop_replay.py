@@ -1,6 +1,7 @@
 """Early stopping replayed on recorded pairs of real runs: what it saves and what it loses.
 
     python benchmarks/early_stop_replay.py PAIRS.jsonl [--confidence 0.99] [--checkpoints 0.25 0.5 0.75]
+                                           [--orders 20] [--prior-pairs 4] [--prior-residual 1] [--sweep]
     python benchmarks/early_stop_replay.py --synthetic OUT.jsonl [--pairs 60] [--seed 0]
 
 PAIRS.jsonl holds one pair a line, in the order the runs finished (a night's order): a
@@ -15,9 +16,12 @@ candidate run and its incumbent's run on the same seed, both run to their full b
 `points` are [budget fraction, step, training loss, learning rate or null] (the bundled
 train.py's step lines through sandbox/progress.py and agent/record/curves.py: fraction =
 `elapsed` / budget); `final` is the run's metric; `run_s` its wall time, start-up and
-evaluation included (optional: without it a run counts as one unit); `null` marks a pair
-whose candidate changes nothing that matters (a whitespace edit, a renamed variable), for
-the false-keep count; `change` is free text.
+evaluation included (optional: without it a run counts as one unit, 0.1 of it start-up, 0.8
+training, 0.1 evaluation), and with `train_s`, `export_s`, `eval_s` (the training loop, the
+model's export, the evaluation step: benchmarks/collect_curves.py writes them) a stop at f
+costs run_s − (1 − f)·train_s − export_s − eval_s; `null` marks a pair whose candidate changes
+nothing that matters (a whitespace edit, a renamed variable), for the false-keep count;
+`change` is free text.
 
 Each pair is replayed as a night would meet it: the early-stop rule judges the candidate's
 curve at each checkpoint against the incumbent's, calibrated on the pairs before it only, and
@@ -25,9 +29,19 @@ the pair then joins the calibration. The candidate's fate without early stopping
 keep rule's screen on this one seed: discarded when its final improvement is at most
 `futility` (0.75) times the spread of a final same-seed difference, which is also what a
 stop must be sure of. Printed: run time per discarded candidate without and with early
-stopping, the candidates that passed the screen but were stopped (real wins lost), and the
+stopping, the candidates that passed the screen but were stopped (real wins lost: a
+conservative count, since more candidates pass a one-seed screen than are kept), and the
 null pairs that pass the screen (false keeps) without and with it; early stopping can only
-remove candidates, so that last figure cannot grow.
+remove candidates, so that last figure cannot grow. With `--orders N` every figure is the
+mean over N shuffles of the pairs (the first is the file's order): which pairs calibrate the
+rule before a given one depends on the order, and one order is one draw of it.
+
+How telling the curves are, first: at each checkpoint, the least-squares line of the final
+improvement on the loss gap over all pairs that can be compared (same batch shape and
+schedule), its R², and its residual as a share of the final gaps' size (root mean square):
+the prior says 1.0 (a gap tells nothing), `--prior-residual` and `--prior-pairs` (how many
+pairs it is worth) change it, and `--sweep` replays a grid of both, which is how the prior
+of agent/decide/early_stop.py is measured.
 """
 from __future__ import annotations
 
@@ -42,7 +56,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from agent.decide.early_stop import EarlyStopSettings, FinishedPair, Stop, judge  # noqa: E402
+from agent.decide.early_stop import (PRIOR, EarlyStopSettings, FinishedPair, Prior, Stop,  # noqa: E402
+                                     judge, why_unpaired)
 from agent.record.curves import Curve, CurvePoint  # noqa: E402
 
 START, TRAIN = 0.1, 0.8      # a run's time without run_s: start-up, training, evaluation
@@ -59,6 +74,9 @@ class Run:
     curve: Curve
     final: float
     run_s: float | None
+    train_s: float | None = None      # its training loop, export and evaluation step, when known
+    export_s: float | None = None
+    eval_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -92,10 +110,11 @@ def _run(data: dict) -> Run:
                               loss=float(p[2]), lr=None if len(p) < 4 or p[3] is None else float(p[3]))
                    for p in data["points"])
     return Run(Curve(points, data.get("batch_shape"), data.get("total_steps")),
-               float(data["final"]), data.get("run_s"))
+               float(data["final"]), data.get("run_s"), data.get("train_s"), data.get("export_s"),
+               data.get("eval_s"))
 
 
-def replay(pairs: list[Pair], settings: EarlyStopSettings) -> dict:
+def replay(pairs: list[Pair], settings: EarlyStopSettings, prior: Prior = PRIOR) -> dict:
     calibration: list[FinishedPair] = []
     rows = []
     for pair in pairs:
@@ -109,7 +128,7 @@ def replay(pairs: list[Pair], settings: EarlyStopSettings) -> dict:
         for checkpoint in settings.checkpoints:
             verdict = judge(pair.candidate.curve.upto(checkpoint), pair.incumbent.curve,
                             calibration, settings, scale=scale, now=checkpoint,
-                            loses=lambda g, bar=bar: g <= bar)
+                            loses=lambda g, bar=bar: g <= bar, prior=prior)
             if isinstance(verdict, Stop):
                 stopped_at = checkpoint
                 break
@@ -137,8 +156,52 @@ def replay(pairs: list[Pair], settings: EarlyStopSettings) -> dict:
 
 
 def _cost(run: Run, fraction: float) -> float:
+    """What the run costs when it stops at `fraction` of its budget (1: runs to the end)."""
+    if run.run_s and run.train_s is not None:
+        if fraction >= 1.0:
+            return run.run_s
+        return run.run_s - (1 - fraction) * run.train_s - (run.export_s or 0.0) - (run.eval_s or 0.0)
     unit = run.run_s if run.run_s else 1.0
     return unit * (START + TRAIN * fraction + (1 - START - TRAIN) * (fraction >= 1.0))
+
+
+def replays(pairs: list[Pair], settings: EarlyStopSettings, prior: Prior, orders: int,
+            seed: int = 0) -> dict:
+    """`replay`'s figures, the mean over `orders` orders of the pairs (the file's first)."""
+    rng = np.random.default_rng(seed)
+    results = []
+    for k in range(orders):
+        order = list(pairs) if k == 0 else [pairs[i] for i in rng.permutation(len(pairs))]
+        results.append(replay(order, settings, prior))
+    return {key: float(np.mean([r[key] for r in results])) for key in results[0]}
+
+
+def telling(pairs: list[Pair], settings: EarlyStopSettings) -> list[str]:
+    """At each checkpoint: the line of final improvement on loss gap over the comparable
+    pairs, its R², and its residual as a share of the final gaps' root mean square."""
+    lines = []
+    for checkpoint in settings.checkpoints:
+        xs, ys = [], []
+        for pair in pairs:
+            if why_unpaired(pair.candidate.curve, pair.incumbent.curve, 1.0, settings):
+                continue
+            gap = FinishedPair.of(pair.candidate.curve, pair.incumbent.curve, pair.improvement,
+                                  (checkpoint,)).gaps.get(checkpoint)
+            if gap is not None:
+                xs.append(gap)
+                ys.append(pair.improvement)
+        if len(xs) < 3:
+            lines.append(f"  at {checkpoint:.0%}: {len(xs)} comparable pairs, too few for a line")
+            continue
+        x, y = np.array(xs), np.array(ys)
+        slope, intercept = np.polyfit(x, y, 1)
+        residual = y - (intercept + slope * x)
+        r2 = 1 - residual.var() / y.var() if y.var() > 0 else float("nan")
+        rms = float(np.sqrt(np.mean(y ** 2)))
+        lines.append(f"  at {checkpoint:.0%}: final = {intercept:+.4f} + {slope:.2f} x gap over {len(xs)} "
+                     f"pairs, R² {r2:.2f}, residual sd {residual.std(ddof=2):.4f} = "
+                     f"{residual.std(ddof=2) / rms:.2f} of the final gaps' size ({rms:.4f})")
+    return lines
 
 
 def _mean(values) -> float:
@@ -180,6 +243,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--confidence", type=float, default=EarlyStopSettings.confidence)
     parser.add_argument("--checkpoints", type=float, nargs="+",
                         default=list(EarlyStopSettings.checkpoints))
+    parser.add_argument("--orders", type=int, default=1, help="average over this many orders of the pairs")
+    parser.add_argument("--prior-pairs", type=float, default=PRIOR.pseudo_pairs,
+                        help="how many finished pairs the prior is worth")
+    parser.add_argument("--prior-residual", type=float, default=PRIOR.residual,
+                        help="the prior's residual, a share of the final gaps' size")
+    parser.add_argument("--sweep", action="store_true",
+                        help="replay a grid of prior settings (the way the default prior is measured)")
     parser.add_argument("--synthetic", type=Path, help="write a synthetic pairs file here instead")
     parser.add_argument("--pairs", dest="count", type=int, default=60)
     parser.add_argument("--seed", type=int, default=0)
@@ -196,20 +266,41 @@ def main(argv: list[str] | None = None) -> int:
         print(error, file=sys.stderr)
         return 2
     settings = EarlyStopSettings(checkpoints=tuple(args.checkpoints), confidence=args.confidence)
-    r = replay(pairs, settings)
+    kinds = {"comparable": 0}
+    for pair in pairs:
+        why = why_unpaired(pair.candidate.curve, pair.incumbent.curve, 1.0, settings)
+        key = why.split(" (")[0].split(":")[0] if why else "comparable"
+        kinds[key] = kinds.get(key, 0) + 1
+    print(f"{len(pairs)} pairs: " + ", ".join(f"{n} {k}" for k, n in kinds.items()))
+    print("how telling a mid-run gap is (least squares over every comparable pair):")
+    for line in telling(pairs, settings):
+        print(line)
+    if args.sweep:
+        print(f"prior sweep, mean over {args.orders} orders: pairs it is worth x its residual")
+        print(f"  {'pairs':>5} {'resid':>5} {'less time/discard':>17} {'wins lost':>9} {'stopped':>7} {'false keeps':>11}")
+        for worth in (1.0, 2.0, 4.0, 8.0):
+            for residual in (0.5, 1.0):
+                r = replays(pairs, settings, Prior(residual=residual, pseudo_pairs=worth), args.orders)
+                less = 1 - r["time_per_discard_early"] / r["time_per_discard_today"]
+                print(f"  {worth:5g} {residual:5g} {less:17.0%} {r['wins_lost']:5.1f} of {r['passes']:<3.0f}"
+                      f"{r['stopped']:7.1f} {r['false_keeps_early']:5.1f} of {r['false_keeps_today']:.0f}")
+        print()
+    prior = Prior(residual=args.prior_residual, pseudo_pairs=args.prior_pairs)
+    r = replays(pairs, settings, prior, args.orders)
     less = 1 - r["time_per_discard_early"] / r["time_per_discard_today"] \
         if r["time_per_discard_today"] else float("nan")
     lost = r["wins_lost"] / r["passes"] if r["passes"] else float("nan")
-    print(f"{r['pairs']} pairs from {args.pairs}; checkpoints {list(settings.checkpoints)}, "
-          f"confidence {settings.confidence:g}")
+    print(f"{r['pairs']:.0f} pairs from {args.pairs}; checkpoints {list(settings.checkpoints)}, "
+          f"confidence {settings.confidence:g}; prior worth {prior.pseudo_pairs:g} pairs, residual "
+          f"{prior.residual:g}" + (f"; means over {args.orders} orders" if args.orders > 1 else ""))
     print(f"run time per discarded candidate: {r['time_per_discard_today']:.1f} without early "
           f"stopping, {r['time_per_discard_early']:.1f} with it ({less:.0%} less; target >= 40%)")
-    print(f"stopped early: {r['stopped']} of {r['pairs']}; run time of all candidates "
+    print(f"stopped early: {r['stopped']:.3g} of {r['pairs']:g}; run time of all candidates "
           f"{r['time_total_today']:.0f} -> {r['time_total_early']:.0f}")
-    print(f"real wins lost: {r['wins_lost']} of {r['passes']} candidates that passed the screen "
+    print(f"real wins lost: {r['wins_lost']:g} of {r['passes']:g} candidates that passed the screen "
           f"({lost:.0%}; target <= 2%)")
-    print(f"false keeps (null pairs passing the screen): {r['false_keeps_today']} of "
-          f"{r['null_pairs']} without early stopping, {r['false_keeps_early']} with it "
+    print(f"false keeps (null pairs passing the screen): {r['false_keeps_today']:g} of "
+          f"{r['null_pairs']:g} without early stopping, {r['false_keeps_early']:g} with it "
           f"(it can only remove candidates)")
     if math.isnan(less):
         print("(no discards to compare: too few pairs for the spread of a final difference)")

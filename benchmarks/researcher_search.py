@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from agent.decide.decision import Evidence  # noqa: E402
 from agent.decide.sequential import SequentialRule  # noqa: E402
 from agent.record.events import Decision, Verdict  # noqa: E402
+from agent.record.state import Experiment  # noqa: E402
 from agent.researchers.base import Outcome, ResearchContext  # noqa: E402
 from agent.researchers.knobs import knob_values, parse_knobs  # noqa: E402
 from agent.researchers.optuna_researcher import OptunaResearcher  # noqa: E402
@@ -116,8 +117,12 @@ def night(arm: str, runs: int, seed: int, noise_model) -> dict:
                 lo, hi = proposal.prediction.interval
                 covered += lo <= measured <= hi
                 scored += 1
-            researcher.observe(proposal, Outcome(f"e{index}", step.verdict, measured,
-                                                 float(np.mean(list(candidate.values())))))
+            record = Experiment(id=f"e{index}", commit=None, parent=str(incumbent),
+                                description=proposal.description, hypothesis=proposal.hypothesis,
+                                prediction=proposal.prediction, researcher=researcher.name,
+                                extra=dict(proposal.extra))
+            researcher.observe(record, Outcome(f"e{index}", step.verdict, measured,
+                                               float(np.mean(list(candidate.values())))))
             if step.verdict is Verdict.KEEP:
                 source, level, incumbent = proposal.source, cand_level, commit
                 reference = {s: world.run(commit, level, s) for s in rule.baseline_seeds()}

@@ -12,7 +12,10 @@ travels, and how:
   tarball put once per night and unpacked once per node (cached by its digest);
 - back to the head: the run's result (status, metric, metrics), its log, its out folder
   (what `keep` would keep: small files), the protected files' digests before and after, the
-  node's environment for provenance, and the node's address.
+  node's environment for provenance, and the node's address;
+- while it runs, the lines it prints: the task sends them in batches, a few times a second,
+  to a small actor (`LineBox`) the head empties as often, so the head reads a run's curve as
+  it trains (its live view, early stopping) as it does for a local run.
 Each task asks for one GPU on GPU clusters (`num_gpus=1`; the sandbox sees the one Ray
 assigned), else one CPU (program.md `limits.cpus` for more). Ctrl-C or a crash of the harness
 cancels the tasks: `ray.cancel` interrupts a run (the sandbox kills its tree), and Ray kills
@@ -20,6 +23,7 @@ the tasks of a driver that died, whose sandboxes die with them (the sandbox cont
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import io
@@ -40,6 +44,58 @@ from sandbox import RunResult, RunSpec, Status
 
 MAX_OUT_BYTES = 50 * 2**20     # what comes back of a run's out folder (checkpoints stay behind)
 WAIT_S = 0.5
+LINES_EVERY_S = 0.2            # how often a node sends a run's new lines, and the head takes them
+
+
+class LineBox:
+    """A Ray actor holding the lines runs printed until the head takes them: (run_id, line)."""
+
+    def __init__(self) -> None:
+        self._lines: list[tuple[str, str]] = []
+
+    def push(self, run_id: str, lines: list[str]) -> None:
+        self._lines.extend((run_id, line) for line in lines)
+
+    def take(self) -> list[tuple[str, str]]:
+        lines, self._lines = self._lines, []
+        return lines
+
+
+class _Sender:
+    """On the node: a run's lines, sent to the head's LineBox every LINES_EVERY_S (one call a
+    batch, never waited on: the actor keeps the order of one caller's calls)."""
+
+    def __init__(self, box: Any, run_id: str) -> None:
+        self.box, self.run_id = box, run_id
+        self._lines: list[str] = []
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._send_loop, daemon=True)
+        self._thread.start()
+
+    def __call__(self, line: str) -> None:
+        with self._lock:
+            self._lines.append(line)
+
+    def _send(self) -> Any:
+        with self._lock:
+            lines, self._lines = self._lines, []
+        return self.box.push.remote(self.run_id, lines) if lines else None
+
+    def _send_loop(self) -> None:
+        while not self._done.wait(LINES_EVERY_S):
+            self._send()
+
+    def close(self) -> None:
+        """The last lines, stored before the task returns: the head takes them before it
+        reports the run's end."""
+        import ray
+
+        self._done.set()
+        self._thread.join()
+        last = self._send()
+        if last is not None:
+            ray.get(last)
 
 
 def _pack(folder: Path, limit: int | None = None) -> bytes:
@@ -100,9 +156,10 @@ def _node_data(data_dir: str, tarball: bytes | None, digest: str) -> Path:
 def run_on_node(job: Job, slot_index: int, sandbox: str, image: str, snapshot: bytes,
                 data: bytes | None, data_digest: str,
                 facts: Callable[[], dict[str, Any]] | None,
-                evaluator: bytes | None = None) -> dict[str, Any]:
+                evaluator: bytes | None = None, lines: Any = None) -> dict[str, Any]:
     """The Ray task: one run of `job` (and its evaluation step, with `evaluator` the
-    evaluation's snapshot) in the `sandbox` backend of this node."""
+    evaluation's snapshot) in the `sandbox` backend of this node; what it prints goes to the
+    `lines` actor (a LineBox) as it prints it."""
     import ray
 
     from sandbox.select import make_runner
@@ -121,12 +178,16 @@ def run_on_node(job: Job, slot_index: int, sandbox: str, image: str, snapshot: b
         slot = Slot(slot_index, f"cuda:{gpus[0]}" if gpus else "cpu", gpu=gpus[0] if gpus else None)
         runner, _ = make_runner(sandbox, image=image)
         stop = threading.Event()
+        sender = _Sender(lines, job.run_id) if lines is not None else None
         try:
             outcome = execute(runner, dataclasses.replace(job, spec=spec, evaluation=evaluation),
-                              slot, stop)
+                              slot, stop, sender)
         except KeyboardInterrupt as interrupt:   # ray.cancel: the sandbox has killed the tree
             result = getattr(interrupt, "run_result", None)
             outcome = Outcome(job.run_id, slot_index, result, error="cancelled")
+        finally:
+            if sender is not None:
+                sender.close()
         # two nodes may share an address (a test cluster on one machine): add the node's id
         outcome.node = f"{ray.util.get_node_ip_address()}/{ray.get_runtime_context().get_node_id()[:8]}"
         outcome.environment = facts() if facts else None
@@ -193,12 +254,18 @@ class RayWorkers(Workers):
         self._options = {"num_gpus": 1, "num_cpus": 1} if self.gpus else {"num_cpus": cpus_per_run}
         self._task = ray.remote(max_retries=0)(run_on_node)
         self._lock = threading.Lock()
+        self._delivering = threading.Lock()
         self._refs: dict[str, tuple[Any, Slot, Job, float]] = {}   # run_id -> (ref, slot, job, submitted)
+        self._outputs: dict[str, OnOutput] = {}                    # run_id -> who reads its lines
         self._snapshots: dict[Path, Any] = {}
         self._data: tuple[Any, str] | None = None
         self._closing = threading.Event()
+        # No CPU of its own: it must never keep a run from a node's only free core.
+        self._lines = ray.remote(num_cpus=0)(LineBox).remote()
         self._waiter = threading.Thread(target=self._wait_loop, name="nightshift-ray", daemon=True)
         self._waiter.start()
+        self._reader = threading.Thread(target=self._lines_loop, name="nightshift-ray-lines", daemon=True)
+        self._reader.start()
 
     def submit(self, slot: Slot, job: Job, on_output: OnOutput | None = None) -> None:
         snapshot = self._snapshot_ref(job.spec.snapshot_dir)
@@ -208,8 +275,12 @@ class RayWorkers(Workers):
             spec, limits=dataclasses.replace(spec.limits, cpuset=None, gpu=None))
         job = dataclasses.replace(job, spec=unplaced(job.spec),
                                   evaluation=unplaced(job.evaluation) if job.evaluation else None)
-        ref = self._task.options(**self._options).remote(job, slot.index, self.sandbox, self.image,
-                                                        snapshot, data, digest, self.facts, evaluator)
+        with self._lock:
+            if on_output is not None:
+                self._outputs[job.run_id] = on_output
+        ref = self._task.options(**self._options).remote(
+            job, slot.index, self.sandbox, self.image, snapshot, data, digest, self.facts, evaluator,
+            self._lines if on_output is not None else None)
         with self._lock:
             self._refs[job.run_id] = (ref, slot, job, time.time())
 
@@ -230,6 +301,8 @@ class RayWorkers(Workers):
         self._closing.set()
         for ref, _, _, _ in list(self._refs.values()):
             self._ray.cancel(ref, force=True)
+        for thread in (self._waiter, self._reader):   # no call to Ray after close returns
+            thread.join(10)
 
     def describe(self) -> dict[str, Any]:
         nodes = [n for n in self._ray.nodes() if n.get("Alive")]
@@ -259,11 +332,44 @@ class RayWorkers(Workers):
                 time.sleep(WAIT_S / 5)
                 continue
             done, _ = self._ray.wait(list(refs), num_returns=1, timeout=WAIT_S)
+            if done:
+                self._deliver()     # the runs' last lines reach their readers before their ends
             for ref in done:
                 run_id = refs[ref]
                 with self._lock:
                     _, slot, job, submitted = self._refs.pop(run_id)
-                self.on_done(self._collect(ref, slot, job, submitted))
+                outcome = self._collect(ref, slot, job, submitted)
+                with self._lock:
+                    self._outputs.pop(run_id, None)
+                self.on_done(outcome)
+
+    def _lines_loop(self) -> None:
+        """Hand each run's lines to its reader as they arrive from the nodes (the last ones of a
+        run are taken before its outcome is reported: `_collect`)."""
+        while not self._closing.wait(LINES_EVERY_S):
+            self._deliver()
+
+    def _deliver(self) -> None:
+        """The lines the nodes sent since the last look, to each run's reader and to its log
+        on the head (what the live page reads while it runs; the node's whole log replaces it
+        when the run ends)."""
+        with self._delivering:     # one taker at a time: a run's lines stay in order
+            try:
+                lines = self._ray.get(self._lines.take.remote(), timeout=30)
+            except Exception:   # the cluster is going away: the runs' outcomes say what happened
+                return
+            by_run: dict[str, list[str]] = {}
+            for run_id, line in lines:
+                by_run.setdefault(run_id, []).append(line)
+            for run_id, printed in by_run.items():
+                with self._lock:
+                    reader, entry = self._outputs.get(run_id), self._refs.get(run_id)
+                if entry is not None:
+                    with contextlib.suppress(OSError):
+                        with open(entry[2].spec.out_dir.parent / "log.txt", "a", encoding="utf-8") as log:
+                            log.write("".join(line + "\n" for line in printed))
+                for line in printed if reader is not None else ():
+                    reader(run_id, line)
 
     def _collect(self, ref: Any, slot: Slot, job: Job, submitted: float) -> Outcome:
         """The task's answer, its log and out folder written where the head keeps them."""

@@ -75,7 +75,12 @@ DATA_DIR = os.environ.get("NIGHTSHIFT_DATA")   # in a night: the training split 
 if not DATA_DIR:                                                 # by hand: build the default data
     from prepare import prepare
     DATA_DIR = str(prepare())
-LOG_EVERY = 100             # steps between progress lines (and update-ratio measurements)
+# Progress lines go out on the clock, not on steps: the harness reads them while the run trains
+# and compares a candidate's curve with its incumbent's at 25/50/75% of the budget (early
+# stopping), which needs a point every few percent whatever the step rate (on 2 CPU cores a
+# 60 s budget holds ~300 steps). Each line's loss is the mean over the steps since the last one.
+PROGRESS_EVERY = 0.02       # share of the budget between progress lines
+LOG_EVERY = 100             # steps between update-ratio measurements (a copy of every matrix)
 MAX_LOSS = 20.0             # a byte model starts at ln(256) = 5.5; far above that it has diverged
 
 random.seed(SEED); np.random.seed(SEED); torch.manual_seed(SEED)
@@ -263,6 +268,15 @@ def lr_scale_at(progress):
 # ---------------------------------------------------------------- training loop
 step, train_time, grad_norm, update_ratio, loss_f = 0, 0.0, float("nan"), float("nan"), float("nan")
 norm_t = torch.tensor(float("nan"))
+next_line, loss_sum, loss_steps = 0.0, 0.0, 0   # when the next progress line is due; its loss so far
+
+def progress_line(last_step):
+    """`step N | loss X | ... | elapsed Ys`: what the harness reads as the run's curve. The lr is
+    the schedule's at `elapsed` (not the last step's, set when it began): two runs on one
+    schedule then print the same lr at the same share of the budget, whatever their step times."""
+    print(f"step {last_step} | loss {loss_sum / loss_steps:.4f} | lr {lr_peak * lr_scale_at(train_time / BUDGET_S):.1e} | grad_norm {grad_norm:.3f} | "
+          f"update_ratio {update_ratio:.1e} | batch {batch_size} | context {context_len} | elapsed {train_time:.1f}s", flush=True)
+
 model.train()
 while train_time < BUDGET_S:
     t0 = time.time()
@@ -282,7 +296,7 @@ while train_time < BUDGET_S:
         sys.exit(3)
     loss.backward()
     norm_t = torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
-    measure = step % LOG_EVERY == 0   # update/weight ratio costs a copy and syncs: only on logging steps
+    measure = step % LOG_EVERY == 0   # update/weight ratio costs a copy and syncs: only every LOG_EVERY steps
     if measure:
         before = [p.detach().clone() for p in matrices]
     for opt in optimizers:
@@ -292,12 +306,17 @@ while train_time < BUDGET_S:
         grad_norm = norm_t.item()
         update_ratio = math.sqrt(sum((p - b).square().sum().item() for p, b in zip(matrices, before))
                                  / sum(b.square().sum().item() for b in before))
-        print(f"step {step} | loss {loss_f:.4f} | lr {lr_peak * lr_mult:.1e} | grad_norm {grad_norm:.3f} | "
-              f"update_ratio {update_ratio:.1e} | elapsed {train_time:.1f}s", flush=True)
     if step == 0:   # everything allocated from here on is transient: the collector only stalls
         gc.collect(); gc.freeze(); gc.disable()
-    step += 1
     train_time += time.time() - t0
+    loss_sum, loss_steps = loss_sum + loss_f, loss_steps + 1
+    if train_time >= next_line:
+        progress_line(step)
+        loss_sum, loss_steps = 0.0, 0
+        next_line = (math.floor(train_time / (PROGRESS_EVERY * BUDGET_S)) + 1) * PROGRESS_EVERY * BUDGET_S
+    step += 1
+if loss_steps:
+    progress_line(step - 1)   # the end of the curve: the mean loss of the last steps
 grad_norm = norm_t.item()   # the last step's, for the summary
 
 # ---------------------------------------------------------------- export

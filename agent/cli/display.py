@@ -16,8 +16,10 @@ from agent.decide.decision import pooled_sd
 from agent.record.events import DecisionMade, Role, RunFinished, Usage, Verdict
 from agent.record.ledger import read_events
 from agent.record.state import LoopState, fold
-from agent.record.views import queue_time, timeline_text, utilisation
+from agent.record.views import early_stops, queue_time, timeline_text, utilisation
 from cluster.protocol import Dispatched, Slot
+
+STOPS_SHOWN = 10        # the latest stopped runs `status` lists (the report lists all)
 
 _LOSS = re.compile(r"\bloss[:= ]\s*([0-9.]+(?:e[-+]?\d+)?|nan|inf)", re.IGNORECASE)
 _VERDICT_COLOUR = {Verdict.KEEP: "bold green", Verdict.DISCARD: "yellow", Verdict.INCONCLUSIVE: "cyan",
@@ -84,7 +86,9 @@ class RichObserver:
                     self._progress.stop()
                     self._progress = None
         shown = f"{self.metric} {run.metric:.4f}" if run.metric is not None else run.reason
-        colour = "green" if run.ok else "red"
+        colour, status = ("green" if run.ok else "red"), run.status.value
+        if run.reason.startswith("stopped early"):   # the harness's doing: a discard, not a failure
+            colour, status, shown = "yellow", "stopped", run.reason.split(":", 1)[0]
         who = f"w{run.worker} " if run.worker is not None else ""
         where = f" on {run.node}" if run.node else ""
         if run.queued_s is not None:
@@ -92,7 +96,7 @@ class RichObserver:
         over = f" [yellow]past its budget by {run.over_budget_s:g}s[/yellow]" if run.over_budget_s else ""
         graded = f" + evaluation {run.eval_duration_s:.0f}s" if run.eval_duration_s is not None else ""
         self.console.print(f"  {who}{run.experiment or 'incumbent'} seed {run.seed} "
-                           f"{run.role.value:<9} [{colour}]{run.status.value}[/{colour}] "
+                           f"{run.role.value:<9} [{colour}]{status}[/{colour}] "
                            f"{shown} ({run.duration_s or 0:.0f}s{graded}{where}){over}", soft_wrap=not run.ok)
 
     def decided(self, event: DecisionMade) -> None:
@@ -216,6 +220,13 @@ def print_status(console: Console, folder: Path, metric: str, state: LoopState |
             console.print(f"    {row}")
     for line in queue_time(state).lines():
         console.print(f"  {line}")
+    stops = early_stops(state)
+    shown = stops.lines(state, limit=STOPS_SHOWN)
+    for i, line in enumerate(shown):
+        console.print(f"  {line}" if i == 0 else f"    {line}")
+    if len(stops.stops) > STOPS_SHOWN:
+        console.print(f"    and {len(stops.stops) - STOPS_SHOWN} earlier ones (`nightshift report` "
+                      f"lists every stopped run)")
     cal = state.calibration()
     if cal.n:
         console.print(f"  predictions: direction right {cal.direction_accuracy:.0%}, intervals "

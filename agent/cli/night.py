@@ -214,6 +214,7 @@ def _measure_noise(session, prog, commit: Optional[str], seeds: int) -> None:
     from agent.cli.display import mean_sd
     from agent.decide.noise import suggest_settings
     from agent.night.checks import SEED_FIX, observe_seeding
+    from agent.night.runs import measure
 
     loop = session.loop
     state = loop.state
@@ -222,7 +223,7 @@ def _measure_noise(session, prog, commit: Optional[str], seeds: int) -> None:
     try:
         for seed in range(NOISE_SEEDS, NOISE_SEEDS + seeds):
             if seed not in state.ok_values(sha, Role.NOISE):
-                loop.measure(sha, seed, Role.NOISE, None, "noise measurement")
+                measure(loop.executor, loop.observer, sha, seed, Role.NOISE, None, "noise measurement")
     except KeyboardInterrupt:
         raise typer.Exit(ExitCode.INTERRUPTED) from None
     values = list(state.ok_values(sha, Role.NOISE).values())

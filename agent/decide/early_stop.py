@@ -16,14 +16,15 @@ keep rule whether a run ending there would discard the candidate). The end is a 
 bound at `confidence`, split over the checkpoints (Bonferroni), so that a run that would
 not have lost is stopped with probability at most 1 − confidence over the whole run, if the
 line fits. Two guards against curves that cross late: a gap closing fast enough to
-cross before the end is never stopped, and curves that cannot be compared are not paired
-(`CannotPair`, with why: no progress lines, a different batch shape or step count, a
-different learning-rate schedule).
+cross before the end is never stopped (its trend since the checkpoint before, or since half
+of the first one), and curves that cannot be compared are not paired (`CannotPair`, with
+why: no progress lines, a different batch shape or step count, a different learning-rate
+schedule). Nor is any run before the night has `Prior.min_pairs` finished pairs.
 
-What a stop may be used for is the caller's contract (the loop's, issue 20 part 2): a stopped
-run is evidence for discarding its candidate only, never for a keep, a reference or the
-noise estimate, so the keep rule's false-keep bound is untouched; incumbent, baseline and
-replay runs are never judged.
+What a stop may be used for is the caller's contract (the loop's: agent/night/early_stops.py):
+a stopped run is evidence for discarding its candidate only, never for a keep, a reference
+or the noise estimate, so the keep rule's false-keep bound is untouched; incumbent,
+baseline and replay runs are never judged.
 """
 from __future__ import annotations
 
@@ -75,6 +76,7 @@ class Prior:
     pseudo_pairs: float = 4.0
     intercept_sd: float = 1.0      # in units of the final paired spread
     slope_sd: float = 100.0        # in units of that spread per unit of mid-run gap spread
+    min_pairs: int = 3             # finished pairs at a checkpoint before any stop there
 
 
 PRIOR = Prior()
@@ -194,13 +196,21 @@ def forecast(gap: float, checkpoint: float, pairs: Sequence[FinishedPair], scale
              tail: float, prior: Prior = PRIOR) -> Forecast:
     """The final improvement predicted from a `gap` at `checkpoint`, by the night's `pairs`
     and the prior (`scale`: the sd of a final same-seed difference, metric units; `tail`: the
-    one-sided level of the bound)."""
+    one-sided level of the bound).
+
+    The prior's unit is the larger of `scale` and the size of the pairs' final gaps (their
+    root mean square), real effects included: "a gap tells nothing" means a residual as wide
+    as the final differences themselves. Where seeds fix most of a run (a deterministic script) the noise alone is far
+    narrower than the candidates' effects, and a prior that narrow would let two or three
+    pairs draw a confident line through noise."""
     xs, ys = [], []
     for pair in pairs:
         x = pair.gaps.get(checkpoint)
         if x is not None and math.isfinite(x) and math.isfinite(pair.final_gap):
             xs.append(x)
             ys.append(pair.final_gap)
+    if ys:
+        scale = max(scale, math.sqrt(float(np.mean(np.square(ys)))))
     x_scale = float(np.std(xs)) if len(xs) >= 2 and np.std(xs) > 0 else max(abs(gap), 1e-12)
     # Normal–inverse-gamma regression of y on (1, x), y in units of `scale`, x of `x_scale`:
     # σ² ~ IG(ν0/2, ν0·s0²/2) with s0 = prior.residual, and (a, b) | σ² ~ N(0, σ²·V0) with
@@ -231,7 +241,8 @@ def judge(candidate: Curve, incumbent: Curve, pairs: Sequence[FinishedPair],
     """Continue, stop or cannot pair, for a candidate run whose curve is `candidate` so far
     (at `now` of its budget by the harness's clock; default: its last point) against the
     incumbent's curve on the same seed. `pairs`: the night's finished pairs; `scale`: the sd
-    of a final same-seed difference (agent/decide/noise.py's pair_sd, or √2·sd); `loses(g)`:
+    of a final same-seed difference (agent/decide/noise.py's pair_sd, or √2·sd; the forecast
+    widens it to the size of the pairs' final gaps where that is larger); `loses(g)`:
     whether a run that ends g better than the incumbent's on this seed (metric units) ends its
     candidate, monotone (if g loses, so does anything less); default g <= 0."""
     now = candidate.reached if now is None else now
@@ -255,13 +266,17 @@ def judge(candidate: Curve, incumbent: Curve, pairs: Sequence[FinishedPair],
             f"{result.interval[1]:+.4g}] from a gap of {gap:+.4g} ({result.pairs} finished pairs)"
     if not (loses or _worse)(result.bound):
         return Continue(where, result)
+    if result.pairs < prior.min_pairs:
+        return Continue(f"{where}; a stop needs {prior.min_pairs} finished pairs here", result)
+    # Closing: the straight line through this gap and an earlier one (the checkpoint before,
+    # or at the first one the gap at half of it) crosses before the end. A night's pairs
+    # cannot tell a curve that crosses late from a loser at one checkpoint; its trend can.
     earlier = [c for c in settings.checkpoints if c < checkpoint]
-    if earlier:
-        before = gap_at(candidate, incumbent, earlier[-1])
-        if before is not None and gap > before:
-            # Closing: the straight line through the last two gaps crosses before the end.
-            ahead = gap + (gap - before) / (checkpoint - earlier[-1]) * (1 - checkpoint)
-            if ahead >= 0:
-                return Continue(f"{where}; closing: it would cross before the end", result)
+    then = earlier[-1] if earlier else checkpoint / 2
+    before = gap_at(candidate, incumbent, then)
+    if before is not None and gap > before:
+        ahead = gap + (gap - before) / (checkpoint - then) * (1 - checkpoint)
+        if ahead >= 0:
+            return Continue(f"{where}; closing: it would cross before the end", result)
     return Stop(result, saved=1.0 - checkpoint,
                 reason=f"a discard stopped early {where}: at best {result.bound:+.4g}")

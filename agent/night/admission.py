@@ -1,9 +1,12 @@
-"""What becomes of a ready proposal against today's incumbent.
+"""What becomes of a ready proposal, or of a superseded candidate's diff, against today's
+incumbent.
 
 A proposal was made against the incumbent of its moment. If a keep moved the incumbent since,
-its diff is rebased (three-way merge); a conflict asks the researcher again (up to a limit), and
-a superseded candidate's diff that no longer applies is dropped. What is left must pass the gate
-(only the target changed, and it parses). The loop records what `admit` decided.
+its diff is rebased (three-way merge); a conflict asks the researcher again (up to a limit).
+A candidate superseded by a keep comes back through `reapply`, its own path: its diff (its
+commit against the incumbent it was measured on) merged onto the incumbent of the moment, or
+dropped when it no longer applies. What is left must pass the gate (only the target changed,
+and it parses). The loop records what they decided.
 """
 from __future__ import annotations
 
@@ -14,7 +17,8 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from agent.night.proposals import Ready
-from agent.record.events import ProposalRebased
+from agent.record.events import Prediction, ProposalRebased
+from agent.record.state import Experiment
 from agent.researchers import Proposal
 from agent.researchers.knobs import KnobError, knob_edit
 from agent.workspace.gate import check_source
@@ -49,18 +53,39 @@ def admit(ready: Ready, experiment_id: str, incumbent: str, workspace: Workspace
         merged = three_way_merge(workspace.read(target, ready.proposed_on), current, proposal.source)
         outcome = "conflict" if merged is None or merged == current else "rebased"
         rebased = ProposalRebased(id=experiment_id, proposed_on=ready.proposed_on, onto=incumbent,
-                                  outcome=outcome, source=ready.source_experiment)
+                                  outcome=outcome)
         if outcome == "conflict":
-            if ready.source_experiment is not None:
-                return Admission(Fate.DROPPED, proposal, rebased=rebased)
             if ready.attempts >= max_asks:
                 return Admission(Fate.INVALID, proposal, f"conflicted with a newer incumbent "
                                  f"{ready.attempts} times", rebased)
             return Admission(Fate.ASK_AGAIN, proposal, rebased=rebased)
         proposal = dataclasses.replace(proposal, source=merged)
-    elif ready.source_experiment is not None:
-        rebased = ProposalRebased(id=experiment_id, proposed_on=ready.proposed_on, onto=incumbent,
-                                  outcome="rebased", source=ready.source_experiment)
+    return _gated(proposal, current, target, knobs_only, rebased)
+
+
+def reapply(superseded: Experiment, experiment_id: str, incumbent: str, workspace: Workspace,
+            target: str, knobs_only: Mapping[str, str] | None = None) -> Admission:
+    """What becomes of a superseded candidate's diff: merged onto `incumbent` (the proposal
+    rebuilt from the ledger's record of it: its description, hypothesis, prediction, extra),
+    or dropped when it conflicts or the incumbent already holds it."""
+    current = workspace.read(target, incumbent)
+    merged = three_way_merge(workspace.read(target, superseded.parent), current,
+                             workspace.read(target, superseded.commit))
+    outcome = "conflict" if merged is None or merged == current else "rebased"
+    rebased = ProposalRebased(id=experiment_id, proposed_on=superseded.parent, onto=incumbent,
+                              outcome=outcome, source=superseded.id)
+    proposal = Proposal(source=merged or "", description=superseded.description,
+                        hypothesis=superseded.hypothesis,
+                        prediction=superseded.prediction or Prediction("same", 0.0, (0.0, 0.0), 0.5),
+                        hypothesis_id=superseded.hypothesis_id, extra=dict(superseded.extra))
+    if outcome == "conflict":
+        return Admission(Fate.DROPPED, proposal, rebased=rebased)
+    return _gated(proposal, current, target, knobs_only, rebased)
+
+
+def _gated(proposal: Proposal, current: str, target: str, knobs_only: Mapping[str, str] | None,
+           rebased: ProposalRebased | None) -> Admission:
+    """A candidate, unless the gate (or `edits: knobs`) refuses its source."""
     gate = check_source(target, current, proposal.source)
     if not gate.ok:
         return Admission(Fate.INVALID, proposal, gate.reason, rebased)
@@ -72,14 +97,14 @@ def admit(ready: Ready, experiment_id: str, incumbent: str, workspace: Workspace
     return Admission(Fate.CANDIDATE, proposal, rebased=rebased)
 
 
-def commit_message(ready: Ready, proposal: Proposal, experiment_id: str) -> str:
+def commit_message(proposal: Proposal, experiment_id: str, rebased_from: str | None = None) -> str:
     """The candidate commit's message, with the hypothesis it tests and the candidate it
     re-applies as trailers."""
     trailers: dict[str, Any] = {}
     if proposal.hypothesis_id:
         trailers["Nightshift-Hypothesis"] = proposal.hypothesis_id
-    if ready.source_experiment:
-        trailers["Nightshift-Rebased-From"] = ready.source_experiment
+    if rebased_from:
+        trailers["Nightshift-Rebased-From"] = rebased_from
     return candidate_message(proposal.description, proposal.hypothesis, proposal.prediction,
                              experiment_id, trailers or None)
 

@@ -278,6 +278,7 @@ def judge_runs(verdict: Verdict, runs: list[RunFinished], program: Program, resu
             verdict.add("budget respected", True, f"wall clock: runs took {durations} for a "
                         f"{budget_s:g} s budget")
     _judge_writes(verdict, runs, program, results_dir)
+    _judge_progress(verdict, runs, program)
 
 
 def _judge_writes(verdict: Verdict, runs: list[RunFinished], program: Program, results_dir: Path) -> None:
@@ -351,3 +352,25 @@ def baseline_verdict(state: LoopState, program: Program, results_dir: Path) -> V
 
 def over_budget_runs(runs: Iterable[RunFinished]) -> list[RunFinished]:
     return [r for r in runs if r.over_budget_s]
+
+
+_PLACED = {"elapsed": "on its own training clock", "steps": "on the steps it announced",
+           "clock": "step for step against the incumbent's steps (it prints no training time)"}
+
+
+def _judge_progress(verdict: Verdict, runs: list[RunFinished], program: Program) -> None:
+    """Whether the harness reads the runs' progress: the curve early stopping compares."""
+    curves = [r.curve for r in runs if r.ok]
+    if not program.early_stop.enabled or not curves:
+        return
+    if all(curve is None for curve in curves):
+        verdict.add("progress lines read", None, "none: early stopping never stops a run of this "
+                    "script (it compares a candidate's training loss with the incumbent's as they "
+                    "train)", "print `step N | loss X | elapsed Ys` lines as it trains, or give "
+                    "metrics_pattern a loss group and a step or elapsed one")
+        return
+    read = [curve for curve in curves if curve is not None]
+    placed = _PLACED.get(read[0].placed or "", "on the harness's clock")
+    verdict.add("progress lines read", True, f"{min(len(c.points) for c in read)} points a run or more, "
+                f"placed {placed}; early stopping compares them at "
+                f"{', '.join(f'{c:.0%}' for c in program.early_stop.checkpoints)} of the budget")

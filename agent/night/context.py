@@ -23,7 +23,8 @@ def evaluation_plan(program: Program, budget_s: float, rule_name: str,
                           seeds_baseline=program.seeds.baseline, seeds_screen=program.seeds.screen,
                           seeds_max=program.seeds.max, alpha=program.alpha,
                           min_effect=program.min_effect, rule=rule_name, fdr=program.fdr,
-                          evaluator=program.evaluate is not None, target=program.target, fixed=fixed)
+                          evaluator=program.evaluate is not None, target=program.target, fixed=fixed,
+                          early_stop=program.early_stop.checkpoints if program.early_stop.enabled else ())
 
 
 def protected_sources(workspace: Workspace, program: Program, commit: str) -> dict[str, str]:

@@ -1,5 +1,5 @@
 """Which run a free worker gets next, most useful first: the seeds the keep rule asked for on
-pending candidates (with their paired incumbent runs), then the incumbent's fresh reference
+pending candidates (their paired incumbent runs before their own), then the incumbent's fresh reference
 seeds, then, once a night, a baseline seed again (same-seed repeatability). A new
 candidate's screen comes only when nothing here is wanted (the loop's `_fill`)."""
 from __future__ import annotations
@@ -34,15 +34,17 @@ def runs_wanted(state: LoopState, asked: dict[str, RunMore], baseline_seeds: Ite
             wanted = asked.get(experiment.id)
             if wanted is None:
                 continue
+            # The incumbent's paired runs first: on one worker a candidate run then has its
+            # partner's whole curve to be compared with (early stopping), not a run to come.
+            reference = state.reference(experiment.parent)
+            for seed in wanted.reference_seeds:
+                if seed not in reference and (experiment.parent, seed, Role.REFERENCE) not in in_flight:
+                    yield RunRequest(experiment.parent, seed, Role.REFERENCE, None, "paired reference")
             candidate = state.ok_values(experiment.commit, Role.CANDIDATE)
             for seed in wanted.candidate_seeds:
                 if seed not in candidate and (experiment.commit, seed, Role.CANDIDATE) not in in_flight:
                     yield RunRequest(experiment.commit, seed, Role.CANDIDATE, experiment.id,
                                      experiment.description)
-            reference = state.reference(experiment.parent)
-            for seed in wanted.reference_seeds:
-                if seed not in reference and (experiment.parent, seed, Role.REFERENCE) not in in_flight:
-                    yield RunRequest(experiment.parent, seed, Role.REFERENCE, None, "paired reference")
     reference = state.reference(state.incumbent)
     for seed in baseline_seeds:
         if seed not in reference and (state.incumbent, seed, Role.REFERENCE) not in in_flight:

@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from agent.record.state import Experiment
 from agent.researchers import (Outcome, Proposal, ProposalRejected, ResearchContext, Researcher,
                                ResearcherError)
 
@@ -27,7 +28,6 @@ class Ready:
     proposal: Proposal | None = None
     rejected: ProposalRejected | None = None
     error: ResearcherError | None = None  # the researcher cannot go on: stop the night
-    source_experiment: str | None = None  # set when this re-applies a superseded candidate
     attempts: int = 1                     # how often this index was asked (conflicts ask again)
     researcher: str = ""                  # the name of the researcher that made it
     request_id: str | None = None         # the ledger's proposal_asked that asked for it
@@ -72,8 +72,8 @@ class ProposalThread:
             self._preparing += 1
         self._put(("propose", (context, attempts, request_id)))
 
-    def observe(self, proposal: Proposal, outcome: Outcome) -> None:
-        self._put(("observe", (proposal, outcome)))
+    def observe(self, experiment: Experiment, outcome: Outcome) -> None:
+        self._put(("observe", (experiment, outcome)))
 
     def stop(self) -> None:
         """No more calls; a call in progress finishes in the background (the thread is a
@@ -165,10 +165,11 @@ class Researchers:
                 name: str | None = None, request_id: str | None = None) -> None:
         self.choose(arm, name).thread.propose(context, attempts, request_id)
 
-    def observe(self, name: str, proposal: Proposal, outcome: Outcome) -> None:
-        arm = self._by_name.get(name)
+    def observe(self, experiment: Experiment, outcome: Outcome) -> None:
+        """Tell the researcher that proposed `experiment` (the ledger's record) how it ended."""
+        arm = self._by_name.get(experiment.researcher)
         if arm is not None:
-            arm.thread.observe(proposal, outcome)
+            arm.thread.observe(experiment, outcome)
 
     def received(self, ready: Ready) -> None:
         arm = self._by_name.get(ready.researcher) or self.arms[0]

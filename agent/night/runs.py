@@ -21,7 +21,10 @@ from typing import Callable
 from agent.decide.integrity import RunEvidence, StepEvidence, judge_run
 from agent.night import checks, grading, outputs
 from agent.night.data import PreparedData, content_hash, folder_facts, repository_data
+from agent.night.live import LiveCurves
+from agent.night.observer import Observer
 from agent.program import Program
+from agent.record.curves import Curve
 from agent.record.events import Role, RunFinished, RunStarted
 from agent.record.ledger import Ledger, utc_now
 from agent.record.provenance import determinism, environment, fingerprint, write_provenance
@@ -155,9 +158,11 @@ class RunExecutor:
         return Job(run_id=run_id, spec=spec, protected=self.plan.protected, label=label,
                    evaluation=evaluation)
 
-    def finish(self, job: Job, outcome: Outcome) -> RunFinished:
+    def finish(self, job: Job, outcome: Outcome, curve: Curve | None = None,
+               stopped: str | None = None) -> RunFinished:
         """Record how `job` ended (its provenance.json next to its result) and return the
-        run_finished event."""
+        run_finished event, with the `curve` its progress lines drew; `stopped` says why the
+        harness stopped it early (agent/night/early_stops.py), which is then its reason."""
         started = self.ledger.state.in_flight.get(job.run_id)
         commit, seed = started.commit, started.seed
         role, experiment = started.role, started.experiment
@@ -174,7 +179,7 @@ class RunExecutor:
                                            start_error=outcome.error))
             return self.ledger.append(RunFinished(
                 run_id=job.run_id, commit=commit, seed=seed, role=role, experiment=experiment,
-                status=judged.status, reason=judged.reason, **slot))
+                status=judged.status, reason=stopped or judged.reason, curve=curve, **slot))
         changed = sorted(set(outcome.tampered) | set(outputs.touches(result.written, self.plan.protected)))
         data_now = {m.path: folder_facts(m.source) for m in self.plan.mounts}
         data_changed = [path for path, facts in data_now.items() if facts != self._data_seen.get(path)]
@@ -185,7 +190,7 @@ class RunExecutor:
             evaluation=_step(evaluation) if evaluation is not None else None,
             start_error=outcome.evaluation_error, tampered=tuple(changed),
             data_changed=tuple(data_changed), report_tolerance=self.plan.report_tolerance))
-        status, reason = judged.status, judged.reason
+        status, reason = judged.status, stopped or judged.reason
         spec = job.spec
         kept = outputs.prune(spec.out_dir, result.work_dir, result.written, spec.snapshot_dir,
                              self.plan.keep, always=(self.plan.result_file,))
@@ -250,7 +255,7 @@ class RunExecutor:
             over_budget_s=budget.over_s if budget else None, measured_by=judged.measured_by,
             reported=judged.reported, probes=judged.probes,
             eval_duration_s=round(evaluation.duration_s, 3) if evaluation else None,
-            fingerprint=_fingerprint(evaluation), hidden=result.hidden_enforced, **slot))
+            fingerprint=_fingerprint(evaluation), hidden=result.hidden_enforced, curve=curve, **slot))
 
     def _judge_budget(self, commit: str, duration_s: float, metrics: dict) -> checks.BudgetJudgement:
         """The run's budget, judged by its steps against the plan's step count and the runs of
@@ -279,17 +284,36 @@ class RunExecutor:
         and so does `stop` set from another thread (the runner kills the run within a second)."""
         job = self.prepare(commit, seed, role, experiment)
         stop = stop or threading.Event()
+        curves = LiveCurves(self.plan.metrics_pattern)
+        curves.start(job.run_id, job.spec.budget_s)
+
+        def lines(line: str) -> None:
+            curves.feed(job.run_id, line)
+            if on_output is not None:
+                on_output(line)
         try:
-            outcome = execute(self.runner, job, WHOLE_MACHINE, stop, on_output)
+            outcome = execute(self.runner, job, WHOLE_MACHINE, stop, lines)
         except KeyboardInterrupt as interrupt:
             result = getattr(interrupt, "run_result", None)
             self.finish(job, Outcome(job.run_id, 0, result, error="interrupted by the user")
-                        if result else Outcome(job.run_id, 0, None, error="interrupted by the user"))
+                        if result else Outcome(job.run_id, 0, None, error="interrupted by the user"),
+                        curve=curves.finish(job.run_id))
             raise
-        return self.finish(job, outcome)
+        return self.finish(job, outcome, curve=curves.finish(job.run_id))
 
 
 WHOLE_MACHINE = Slot(0, "cpu")   # a run on its own: every core, the plan's GPU
+
+
+def measure(executor: RunExecutor, observer: Observer, commit: str, seed: int, role: Role,
+            experiment: str | None, label: str) -> RunFinished:
+    """Run `commit` on `seed` on this process's runner, shown as it goes (`nightshift noise`):
+    the ledger's run_finished."""
+    observer.run_started("", WHOLE_MACHINE, commit, seed, role, experiment, executor.plan.budget_s,
+                         label)
+    run = executor.run(commit, seed, role, experiment, on_output=lambda line: observer.output("", line))
+    observer.run_finished(run)
+    return run
 
 
 def _step(result: RunResult) -> StepEvidence:

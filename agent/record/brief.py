@@ -13,7 +13,8 @@ how often they change, so that a provider's prompt cache serves what did not:
   `CHUNK` experiments: changes once per chunk;
 - `recent`: the latest experiments in full, one line each, and the prediction calibration.
 
-An experiment line gives its id, verdict, effect in the sign convention predictions are
+An experiment line gives its id, verdict (a discard stopped early says so, with what its
+curve predicted: never a measured effect), effect in the sign convention predictions are
 made in (candidate − incumbent, metric units) with its interval, the seeds and p-value, the
 prediction and whether it held, and the change. The size is bounded by construction: at
 most `CHUNK + RECENT` full lines, compact lines beyond, and past `MAX_HISTORY_CHARS` the
@@ -52,6 +53,7 @@ class EvaluationPlan:
     rule: str
     fdr: str = "none"
     evaluator: bool = False     # the metric is the evaluation step's, not the script's
+    early_stop: tuple[float, ...] = ()   # checkpoints where a losing run may be stopped (none: off)
     target: str = ""
     fixed: tuple[str, ...] = ()   # lines of the target a command flag overrides: "batch_size (line 18) by --batch_size=12"
 
@@ -92,6 +94,15 @@ def experiment_line(experiment: Experiment, direction: str, compact: bool = Fals
     """One experiment in one line (see the module docstring)."""
     verdict = str(experiment.verdict or "running")
     parts = [f"{experiment.id} {verdict}"]
+    stop = experiment.stopped_early
+    if stop is not None and experiment.verdict == Verdict.DISCARD:
+        # a discard stopped early: what its curve predicted, never read as a measurement
+        sign = -1.0 if direction == "minimize" else 1.0
+        lo, hi = sorted((sign * stop.interval[0], sign * stop.interval[1]))
+        parts[0] += f" stopped early at {stop.checkpoint:.0%}"
+        if not compact:
+            parts.append(f"(its curve predicted Δ{_signed(sign * stop.predicted)} [{_signed(lo)}, "
+                         f"{_signed(hi)}]; not a measurement)")
     measured = _delta(experiment, direction)
     decision = experiment.decision.decision if experiment.decision else None
     if measured is not None:
@@ -151,6 +162,11 @@ def _setup(plan: EvaluationPlan, environment: Mapping[str, Any] | None, device: 
         f"alpha {plan.alpha:g} and at least min_effect {plan.min_effect:g} {plan.metric}"
         + (f" (false discoveries controlled night-wide: {plan.fdr})" if plan.fdr != "none" else "") + ".",
     ]
+    if plan.early_stop:
+        lines.append(f"- a candidate run whose training loss, at {', '.join(f'{c:.0%}' for c in plan.early_stop)} "
+                     f"of its budget, is confidently losing to the incumbent's on the same seed is "
+                     f"stopped there: a discard stopped early, which is what its curve predicted, "
+                     f"not a measured {plan.metric}; the loss a progress line prints is what it reads.")
     if plan.fixed:
         lines.append(f"Fixed by the command: its flags override these lines of {plan.target or 'the target'}, "
                      f"so editing them changes nothing that runs; do not spend an experiment on "

@@ -16,7 +16,9 @@ defaults given here, and a key a newer harness adds is ignored by an older one.
     run_started         run_id, commit, seed, role, experiment, worker, device
     run_queued          run_id, job_id (a cluster with a queue, Slurm, accepted the run)
     run_began           run_id, job_id, node, queued_s (it left the queue and began on a node)
-    run_finished        run_id, commit, seed, role, experiment, status, metric, metrics, ...
+    run_finished        run_id, commit, seed, role, experiment, status, metric, metrics, curve, ...
+    run_stopped_early   run_id, experiment, checkpoint, forecast, saved_s (a losing run stopped)
+    run_unpaired        run_id, experiment, reason (its curve cannot be compared: never stopped)
     look                id, seeds, reason (the keep rule looked and asked for more seeds)
     decision            id, commit, incumbent, verdict, reason, decision (the test), score
     replay              kind "run" | "commit" | "summary", replay_id, ... (agent/review/replay.py)
@@ -34,10 +36,12 @@ a field added to an event is written and read without more code.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping
 
 from agent.record.codec import decode, encode
+from agent.record.curves import Curve
 from agent.record.records import (Comparison, Decision, ExitCode, Prediction, PredictedDirection,
                                   Probe, Role, Score, Usage, Verdict)
 from sandbox import Status
@@ -47,7 +51,8 @@ __all__ = [  # the records events carry are importable from here too: one place 
     "Usage", "Verdict",
     "Event", "LoopFacts", "LoopStarted", "LoopResumed", "LoopStopped", "HypothesisQueued",
     "ExperimentFacts", "ExperimentProposed", "ExperimentInvalid", "ProposalRebased", "RunIdentity",
-    "RunStarted", "RunQueued", "RunBegan", "RunFinished", "LookTaken", "DecisionMade",
+    "RunStarted", "RunQueued", "RunBegan", "RunFinished", "RunStoppedEarly", "RunUnpaired",
+    "LookTaken", "DecisionMade",
     "Replay", "ReplayRun", "ReplayCommit", "ReplaySummary", "ProposalAsked", "ProposalReady",
     "AblationPlanned", "AblationRun", "AblationChange", "AblationSummary", "EVENT_TYPES", "REPLAY_TYPES",
     "UnknownEvent", "parse_event", "encode", "decode",
@@ -70,6 +75,12 @@ class Event:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Event":
         return decode(cls, data)
+
+    @classmethod
+    def known(cls, facts: Mapping[str, Any]) -> dict[str, Any]:
+        """The entries of `facts` this event has fields for (a backend may say more)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        return {key: value for key, value in facts.items() if key in names}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -245,10 +256,50 @@ class RunFinished(RunIdentity):
                                            # the run did not (PREEMPTED, CANCELLED outside the
                                            # harness, NODE_FAIL, TIMEOUT...); None otherwise
     queued_s: float | None = None          # seconds it waited to begin (staging, the queue)
+    curve: Curve | None = None             # its progress lines on its budget, compact (None: an
+                                           # older ledger, or a run that printed none)
 
     @property
     def ok(self) -> bool:
         return self.status == Status.OK
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunStoppedEarly(Event):
+    """Candidate run `run_id` of `experiment` was stopped before its budget ran out: at
+    `checkpoint` (a share of the budget; the run had reached `reached`), the gap between its
+    training loss and its incumbent's on the same seed predicted a final improvement of
+    `predicted` (metric units, positive = better) within `interval`, and even the favourable
+    `bound` would end the candidate (agent/decide/early_stop.py). The run is evidence for
+    discarding its candidate only: never a result, a reference or a noise measurement.
+    `saved_s` is the run time it did not use: the budget left and the evaluation it skips."""
+
+    kind: ClassVar[str] = "run_stopped_early"
+    run_id: str
+    experiment: str
+    seed: int
+    checkpoint: float
+    reached: float
+    gap: float                       # incumbent − candidate training loss before the checkpoint
+    predicted: float
+    interval: tuple[float, float]
+    bound: float
+    pairs: int                       # the night's finished pairs the forecast was fitted on
+    partner: str                     # what it was compared with: "same seed" | "incumbent mean"
+    saved_s: float
+    reason: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunUnpaired(Event):
+    """Candidate run `run_id`'s curve cannot be compared with its incumbent's (no progress
+    lines, a different batch shape, step grid or learning-rate schedule): it is never stopped
+    early, and this says why. Recorded once per run."""
+
+    kind: ClassVar[str] = "run_unpaired"
+    run_id: str
+    experiment: str | None = None
+    reason: str
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -491,9 +542,9 @@ class AblationSummary(Event):
 
 EVENT_TYPES: dict[str, type[Event]] = {cls.kind: cls for cls in (
     LoopStarted, LoopResumed, LoopStopped, HypothesisQueued, ExperimentProposed,
-    ExperimentInvalid, ProposalRebased, RunStarted, RunQueued, RunBegan, RunFinished, LookTaken,
-    DecisionMade, ProposalAsked, ProposalReady, AblationPlanned, AblationRun, AblationChange,
-    AblationSummary)}
+    ExperimentInvalid, ProposalRebased, RunStarted, RunQueued, RunBegan, RunFinished,
+    RunStoppedEarly, RunUnpaired, LookTaken, DecisionMade, ProposalAsked, ProposalReady,
+    AblationPlanned, AblationRun, AblationChange, AblationSummary)}
 REPLAY_TYPES: dict[str, type[Replay]] = {cls.replay_kind: cls for cls in (
     ReplayRun, ReplayCommit, ReplaySummary)}
 

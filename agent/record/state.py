@@ -15,7 +15,8 @@ from typing import Any, Iterable
 from agent.record.events import (DecisionMade, Event, ExperimentInvalid, ExperimentProposed,
                                  HypothesisQueued, LookTaken, LoopResumed, LoopStarted,
                                  LoopStopped, Prediction, ProposalRebased, RunBegan, RunFinished,
-                                 RunQueued, RunStarted, Role, Score, Usage, Verdict)
+                                 RunQueued, RunStarted, RunStoppedEarly, RunUnpaired, Role, Score,
+                                 Usage, Verdict)
 from sandbox import Status
 
 
@@ -41,6 +42,7 @@ class Experiment:
     looks_recorded: bool = False      # proposed by a harness that records looks
     history_size: int = 0             # decisions recorded before it was proposed: its history
     rebased: ProposalRebased | None = None   # how it was moved onto a newer incumbent, if it was
+    stopped_early: RunStoppedEarly | None = None   # a run of it stopped early: it is discarded
 
     @property
     def decided(self) -> bool:
@@ -125,7 +127,10 @@ class LoopState:
     in_flight: dict[str, RunStarted] = field(default_factory=dict)   # run_id -> started, not finished
     # run_id -> what the cluster's queue last said of a run in flight (queued, or began on a node)
     dispatched: dict[str, RunQueued | RunBegan] = field(default_factory=dict)
+    # runs that ended without a result: interrupted, never finished, or stopped early
     interrupted: list[RunStarted | RunFinished] = field(default_factory=list)
+    early_stops: dict[str, RunStoppedEarly] = field(default_factory=dict)   # run_id -> its stop
+    unpaired: dict[str, RunUnpaired] = field(default_factory=dict)          # run_id -> why
     hypotheses: dict[str, HypothesisQueued] = field(default_factory=dict)
     decisions: list[DecisionMade] = field(default_factory=list)
     rebases: list[ProposalRebased] = field(default_factory=list)
@@ -216,7 +221,10 @@ class LoopState:
     def _run_finished(self, event: RunFinished) -> None:
         self.in_flight.pop(event.run_id, None)
         self.dispatched.pop(event.run_id, None)
-        if event.status == Status.INTERRUPTED:
+        # A run stopped early is evidence for discarding its candidate only (docs/decisions.md):
+        # never a result, a reference or a noise measurement, even one that ended before the
+        # stop could take effect.
+        if event.status == Status.INTERRUPTED or event.run_id in self.early_stops:
             self.interrupted.append(event)
             return
         self.runs.append(event)
@@ -235,6 +243,15 @@ class LoopState:
         # counts for the noise, never for the experiment it no longer serves.
         if experiment is not None and event.role == Role.CANDIDATE and not experiment.decided:
             experiment.runs.append(event)
+
+    def _stopped_early(self, event: RunStoppedEarly) -> None:
+        self.early_stops[event.run_id] = event
+        experiment = self.experiments.get(event.experiment)
+        if experiment is not None and not experiment.decided and experiment.stopped_early is None:
+            experiment.stopped_early = event
+
+    def _unpaired(self, event: RunUnpaired) -> None:
+        self.unpaired[event.run_id] = event
 
     def _decided(self, event: DecisionMade) -> None:
         self.decisions.append(event)
@@ -330,7 +347,8 @@ _HANDLERS = {
     RunStarted: LoopState._run_started, RunFinished: LoopState._run_finished,
     RunQueued: LoopState._run_dispatched, RunBegan: LoopState._run_dispatched,
     DecisionMade: LoopState._decided, LookTaken: LoopState._look,
-    ProposalRebased: LoopState._rebased,
+    ProposalRebased: LoopState._rebased, RunStoppedEarly: LoopState._stopped_early,
+    RunUnpaired: LoopState._unpaired,
 }
 
 

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import os
 import statistics
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from agent.record.events import ReplayCommit, ReplayRun, RunFinished, Verdict, encode
+from agent.record.events import (ReplayCommit, ReplayRun, RunFinished, RunStoppedEarly, Verdict,
+                                 encode)
 from agent.record.ledger import read_events
 from agent.record.state import Experiment, LoopState, fold
 
@@ -49,6 +51,28 @@ def baseline_row(state: LoopState) -> tuple[str, float, float | None] | None:
         return None
     memory = [r.peak_memory_mb for r in state.runs if r.commit == base and r.peak_memory_mb]
     return base, statistics.fmean(values), max(memory) if memory else None
+
+
+class TsvWriter:
+    """results.tsv kept current while a night runs: rewritten at once when asked (`now`: the
+    night stops), else at most every `every_s`, since it holds every experiment and a rewrite
+    per decision would cost a long night time in proportion to its length; a rewrite put off
+    is made by `flush` once due. The ledger, not the TSV, is what a resume reads."""
+
+    def __init__(self, results_dir: Path, metric: str, every_s: float = 5.0) -> None:
+        self.results_dir, self.metric, self.every_s = results_dir, metric, every_s
+        self._written = float("-inf")       # the first decision writes it at once
+        self.stale = False                  # a decision since the last rewrite
+
+    def write(self, state: LoopState, now: bool = False) -> None:
+        self.stale = True
+        if now or time.monotonic() - self._written >= self.every_s:
+            write_tsv(state, self.results_dir, self.metric)
+            self._written, self.stale = time.monotonic(), False
+
+    def flush(self, state: LoopState) -> None:
+        if self.stale:
+            self.write(state)
 
 
 def write_tsv(state: LoopState, results_dir: Path, metric: str = "val_bpb") -> Path:
@@ -279,3 +303,51 @@ def timeline_text(use: Utilisation, width: int = 60) -> list[str]:
         rows.append(f"w{worker:<2} " + "".join("█" if c >= 0.5 else "▄" if c > 0.05 else "·"
                                              for c in cells))
     return rows
+
+
+# ---- early stopping -----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class EarlyStops:
+    """What early stopping did in a night: every stopped run, the run time it saved, and the
+    curves it could not compare (agent/night/early_stops.py)."""
+
+    stops: tuple[RunStoppedEarly, ...]
+    unpaired: int                # candidate runs whose curve could not be compared
+    saved_s: float               # the budget the stopped runs left, and the evaluation skipped
+    run_s: float                 # what every run of the night took (worker time)
+
+    @property
+    def share(self) -> float | None:
+        """The share of run time saved: of what the night's runs would have taken without
+        early stopping (the time they took plus the time the stops saved)."""
+        total = self.run_s + self.saved_s
+        return self.saved_s / total if total > 0 else None
+
+    def lines(self, state: LoopState, limit: int | None = None) -> list[str]:
+        """What status and the report say (nothing when no run was stopped or unpaired)."""
+        if not self.stops and not self.unpaired:
+            return []
+        said = [f"stopped early: {len(self.stops)} run{'s' if len(self.stops) != 1 else ''}, each "
+                f"a discard (never a measurement), saving {_span(self.saved_s)} of run time "
+                f"({self.share or 0:.0%} of what the night's runs would have taken without)"
+                + (f"; {self.unpaired} run{'s' if self.unpaired != 1 else ''} could not be "
+                   f"compared with the incumbent's curve (never stopped)" if self.unpaired else "")]
+        shown = self.stops if limit is None else self.stops[-limit:]
+        for stop in shown:
+            description = state.experiments[stop.experiment].description[:40] \
+                if stop.experiment in state.experiments else ""
+            lo, hi = stop.interval
+            against = "its run on that seed" if stop.partner == "same seed" else "its mean curve"
+            said.append(f"{stop.experiment} seed {stop.seed} at {stop.checkpoint:.0%}: predicted "
+                        f"{stop.predicted:+.4g} [{lo:+.4g}, {hi:+.4g}] against the incumbent's "
+                        f"{against} ({stop.pairs} pairs), saved {_span(stop.saved_s)}  {description}")
+        return said
+
+
+def early_stops(state: LoopState) -> EarlyStops:
+    runs = state.runs + [r for r in state.interrupted if isinstance(r, RunFinished)]
+    run_s = sum((r.ended - r.started) if r.started and r.ended else (r.duration_s or 0.0) for r in runs)
+    stops = tuple(state.early_stops.values())
+    return EarlyStops(stops=stops, unpaired=len(state.unpaired),
+                      saved_s=sum(stop.saved_s for stop in stops), run_s=run_s)

@@ -17,6 +17,7 @@ from typing import Any
 
 from agent.record.brief import Brief
 from agent.record.events import Prediction, Usage, Verdict
+from agent.record.state import Experiment
 
 __all__ = ["Outcome", "Prediction", "Proposal", "ProposalRejected", "ResearchContext", "Researcher",
            "ResearcherError", "Usage"]
@@ -63,6 +64,7 @@ class Outcome:
     measured_delta: float | None    # candidate − incumbent, metric units (None on failure)
     candidate_mean: float | None
     reason: str = ""
+    stopped_early: bool = False     # a discard stopped early: its curve was losing, no value
 
 
 class ResearcherError(RuntimeError):
@@ -76,8 +78,9 @@ class Researcher(ABC):
     Contract:
     - `propose(context)` returns a Proposal whose `source` differs from the incumbent and
       carries a Prediction; it may raise ResearcherError to stop the loop cleanly;
-    - `observe(proposal, outcome)` is called exactly once per proposal after its decision,
-      before the next `propose`;
+    - `observe(experiment, outcome)` is called exactly once per proposal after its decision,
+      before the next `propose`, with the ledger's record of the experiment (what was proposed,
+      its `extra`, its runs and decision: read it, never change it);
     - state that must survive a restart is kept under `state_dir` (given at construction),
       so a resumed run continues where it stopped.
     """
@@ -88,7 +91,7 @@ class Researcher(ABC):
     def propose(self, context: ResearchContext) -> Proposal:
         ...
 
-    def observe(self, proposal: Proposal, outcome: Outcome) -> None:
+    def observe(self, experiment: Experiment, outcome: Outcome) -> None:
         """Learn from the outcome. Default: nothing."""
 
     def usage(self) -> dict[str, Any]:

@@ -35,6 +35,7 @@ from agent.researchers.knobs import (
 )
 from agent.researchers.local_moves import local_move, trust_radius
 from agent.researchers.prediction_stats import TriedConfig, predict_delta
+from agent.record.state import Experiment
 from agent.researchers.base import Outcome, Proposal, ResearchContext, Researcher, ResearcherError
 
 STUDY_NAME = "nightshift"
@@ -121,8 +122,8 @@ class OptunaResearcher(Researcher):
             trial = self._ask(knobs, config, varied=[], experiment_index=context.experiment_index)
         return self._proposal(context, knobs, incumbent, config, trial, skipped)
 
-    def observe(self, proposal: Proposal, outcome: Outcome) -> None:
-        number = proposal.extra.get("trial")
+    def observe(self, experiment: Experiment, outcome: Outcome) -> None:
+        number = experiment.extra.get("trial")
         if number is None:
             return   # not one of ours (e.g. a proposal made by another researcher)
         value = outcome.candidate_mean
@@ -139,7 +140,11 @@ class OptunaResearcher(Researcher):
                 for key, val in attrs.items():
                     trial.set_user_attr(key, val)
             try:
-                if has_value:
+                if outcome.stopped_early:
+                    # Optuna's own word for a trial its curve showed losing: TPE ranks it with
+                    # the worse ones, where a failure would be left out of the model.
+                    self.study.tell(number, state=TrialState.PRUNED)
+                elif has_value:
                     self.study.tell(number, value)
                 else:
                     self.study.tell(number, state=TrialState.FAIL)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from agent.record.events import RunFinished
 from agent.record.state import Experiment, LoopState
 
 
@@ -34,10 +35,21 @@ def experiment_view(state: LoopState, experiment: Experiment, row: dict[str, Any
         candidate = {seed: run.metric for seed, run in runs.items() if run.ok}
         reference = state.reference(experiment.parent) if experiment.parent else {}
     flying = {run.seed: run for run in state.in_flight.values() if run.experiment == experiment.id}
+    # a run stopped early is no measurement: shown with where it stopped and what it predicted
+    stopped = {stop.seed: stop for stop in state.early_stops.values() if stop.experiment == experiment.id}
+    partial = {r.run_id: r for r in state.interrupted if isinstance(r, RunFinished)}
     seeds = []
-    for seed in sorted(set(candidate) | set(runs) | set(flying)):
+    for seed in sorted(set(candidate) | set(runs) | set(flying) | set(stopped)):
         mine, theirs = candidate.get(seed), reference.get(seed)
-        run = runs.get(seed)
+        run, stop = runs.get(seed), stopped.get(seed)
+        if run is None and stop is not None and seed not in flying:
+            lo, hi = stop.interval
+            seeds.append({"seed": seed, "candidate": None, "incumbent": theirs, "improvement": None,
+                          "status": f"stopped early at {stop.reached:.0%}",
+                          "reason": f"predicted {stop.predicted:+.4g} [{lo:+.4g}, {hi:+.4g}] from its "
+                                    f"curve: a discard, not a measurement",
+                          "log": getattr(partial.get(stop.run_id), "log", None)})
+            continue
         seeds.append({
             "seed": seed, "candidate": mine, "incumbent": theirs,
             "improvement": sign * (mine - theirs) if mine is not None and theirs is not None else None,

@@ -27,7 +27,7 @@ from agent.record.events import (LoopStarted, ReplayCommit, ReplayRun, ReplaySum
 from agent.record.ledger import read_events, utc_now
 from agent.record.provenance import read_provenance
 from agent.record.state import Experiment, LoopState, fold
-from agent.record.views import queue_time, utilisation
+from agent.record.views import early_stops, queue_time, utilisation
 from agent.review.ablation_panel import ablation_panels
 from agent.review.charts import calibration_chart, progress_chart, progress_png
 from agent.review.experiment_view import experiment_views
@@ -152,10 +152,34 @@ def build_context(tag_dir: Path, *, metric: str | None = None, direction: str | 
         "workers": _workers(state),
         "replays": _replays(events, state),
         "flagged": _flagged(state, metric),
+        "early": _early_stops(state, program),
         "ablations": ablation_panels(events),
         "views": experiment_views(state, experiments, direction),
         "environment": _environment(state, tag_dir),
     }
+
+
+def _early_stops(state: LoopState, program: dict[str, Any]) -> dict[str, Any]:
+    """Every run stopped early (where, the forecast, against what, the time saved), the run
+    time saved in all, and why curves could not be compared."""
+    summary = early_stops(state)
+    rows = []
+    for stop in summary.stops:
+        experiment = state.experiments.get(stop.experiment)
+        rows.append({"id": stop.experiment, "seed": stop.seed, "checkpoint": stop.checkpoint,
+                     "reached": stop.reached, "predicted": stop.predicted, "interval": stop.interval,
+                     "bound": stop.bound, "pairs": stop.pairs, "saved_s": stop.saved_s,
+                     "against": ("its run on that seed" if stop.partner == "same seed"
+                                 else "its mean curve"),
+                     "description": experiment.description if experiment else ""})
+    why: dict[str, int] = {}
+    for unpaired in state.unpaired.values():
+        key = unpaired.reason.split(" (")[0].split(":")[0]
+        why[key] = why.get(key, 0) + 1
+    setting = program.get("early_stop") or {}
+    return {"stops": rows, "saved_s": summary.saved_s, "run_s": summary.run_s,
+            "share": summary.share, "unpaired": dict(sorted(why.items(), key=lambda kv: -kv[1])),
+            "mode": setting.get("mode", "auto") if isinstance(setting, dict) else setting}
 
 
 def _flagged(state: LoopState, metric: str) -> list[dict[str, Any]]:
@@ -241,7 +265,9 @@ def _experiment_row(state: LoopState, experiment: Experiment, tag_dir: Path,
         "duration_s": sum(r.duration_s or 0 for r in experiment.runs),
         "prediction": encode(experiment.prediction) if experiment.prediction else None,
         "score": encode(score) if score else None,
-        "reason": reason if verdict not in (Verdict.KEEP, Verdict.DISCARD) else "",
+        "reason": reason if verdict not in (Verdict.KEEP, Verdict.DISCARD) else
+                  f"stopped early at {experiment.stopped_early.checkpoint:.0%}: a discard, not a measurement"
+                  if experiment.stopped_early is not None and verdict == Verdict.DISCARD else "",
         "diff": diff[:MAX_DIFF_CHARS], "diff_clipped": len(diff) > MAX_DIFF_CHARS,
         "transcript": experiment.extra.get("transcript"),   # relative to the tag's folder
         "time": decided.time if decided else None,

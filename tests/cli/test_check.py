@@ -10,7 +10,7 @@ from tests.loop_helpers import cli_env, git_out, nightshift
 CHECKS = ("program valid", "metric measured apart", "target and knobs", "lines the command overrides",
           "prepare step", "data folder", "sandbox", "interpreter",
           "metric found", "seeds change the result", "budget respected",
-          "nothing written outside the allowed places", "your checkout untouched")
+          "nothing written outside the allowed places", "progress lines read", "your checkout untouched")
 
 
 def lines(text: str) -> dict[str, str]:
@@ -47,6 +47,8 @@ def test_check_passes_on_the_nanogpt_example(tmp_path, data_root):
     assert "the count its command or target sets" in found["budget respected"]
     assert "edits are limited to the knobs' values" in found["metric measured apart"]   # knobs: declared
     assert "out-shakespeare-char/ckpt.pt (1.5 MB)" in found["nothing written outside the allowed places"]
+    # its metrics_pattern's iter and loss are the curve early stopping compares, step for step
+    assert found["progress lines read"].startswith("ok") and "step for step" in found["progress lines read"]
     assert "all checks passed" in done.stdout
     # it leaves no branch or worktree behind, only the logs of its runs
     assert "nightshift/nightshift-check" not in git_out(repo, "branch", "--list", "nightshift/*")

@@ -33,6 +33,9 @@ def test_a_night_over_nanogpt_without_editing_it(tmp_path, data_root):
     first = baseline[0]
     assert set(first.metrics) >= {"val_loss", "iter", "train_loss", "ms_per_iter"}   # from the patterns
     assert first.metrics["iter"] == 500 and first.over_budget_s is None
+    # its `iter N: loss X` lines, read live through metrics_pattern: the curve early stopping
+    # compares, step for step (no training clock printed)
+    assert first.curve.placed == "clock" and first.curve.points[-1].step == 500
     run_dir = repo / "results" / "n1" / "runs" / first.run_id
     log = (run_dir / "log.txt").read_text()
     assert f"Overriding config with {run_dir / 'out' / 'seed.py'}" in log        # {out}, {seed}

@@ -104,7 +104,7 @@ class _Named:
     def propose(self, context):
         raise AssertionError("not called: the threads are never started here")
 
-    def observe(self, proposal, outcome):
+    def observe(self, experiment, outcome):
         pass
 
 

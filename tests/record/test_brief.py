@@ -1,9 +1,11 @@
 """The brief a researcher reads: complete, in the prediction's sign convention, bounded, cacheable."""
+import dataclasses
+
 import pytest
 
 from agent.record.brief import CHUNK, MAX_HISTORY_CHARS, RECENT, EvaluationPlan, build_brief, experiment_line
 from agent.record.events import (Decision, DecisionMade, ExperimentInvalid, ExperimentProposed, LoopStarted,
-                                 Prediction, RunFinished, Score, Verdict)
+                                 Prediction, RunFinished, RunStoppedEarly, Score, Verdict)
 from agent.record.ledger import Ledger
 from sandbox import Status
 
@@ -84,6 +86,27 @@ def test_the_history_section_changes_once_per_chunk_so_a_cache_can_hold_it(tmp_p
     ledger.append(ExperimentInvalid(id="e9999", parent="base0000", reason="x"))
     second = build_brief(ledger.state, PLAN)
     assert first.history and first.history == second.history and first.recent != second.recent
+
+
+def test_a_discard_stopped_early_reads_as_one_never_as_a_measurement(tmp_path):
+    ledger = Ledger(tmp_path)
+    ledger.append(LoopStarted(tag="t", base_commit="base0000"))
+    ledger.append(ExperimentProposed(id="e0001", commit="c0000001", parent="base0000", description="LR x3",
+                                     prediction=Prediction("improve", -0.01, (-0.03, 0.01), 0.8)))
+    ledger.append(RunStoppedEarly(run_id="r1", experiment="e0001", seed=1000, checkpoint=0.5, reached=0.52,
+                                  gap=-0.2, predicted=-0.31, interval=(-0.45, -0.17), bound=-0.17, pairs=14,
+                                  partner="same seed", saved_s=29.0, reason="a discard stopped early at 50%"))
+    ledger.append(DecisionMade(id="e0001", commit="c0000001", incumbent="base0000", verdict=Verdict.DISCARD,
+                               reason="a discard stopped early at 50%",
+                               decision=Decision(verdict=Verdict.DISCARD, rule="early_stop")))
+    line = experiment_line(ledger.state.experiments["e0001"], "minimize")
+    # what its curve predicted, in the prediction's convention (candidate − incumbent), labelled
+    assert line.startswith("e0001 discard stopped early at 50% (its curve predicted Δ+0.3100 "
+                           "[+0.1700, +0.4500]; not a measurement)"), line
+    assert "held" not in line and "missed" not in line and "p=" not in line
+    brief = build_brief(ledger.state, dataclasses.replace(PLAN, early_stop=(0.25, 0.5, 0.75)))
+    assert "25%, 50%, 75% of its budget" in brief.setup and "a discard stopped early" in brief.setup
+    assert "stopped early" not in build_brief(ledger.state, PLAN).setup     # off: not said
 
 
 def flagged_night(tmp_path) -> Ledger:

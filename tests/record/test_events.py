@@ -17,7 +17,9 @@ from agent.record.events import (EVENT_TYPES, REPLAY_TYPES, AblationChange, Abla
                                  LookTaken, LoopResumed, LoopStarted, LoopStopped, Prediction,
                                  ProposalAsked, ProposalReady, ProposalRebased, ReplayCommit,
                                  ReplayRun, ReplaySummary, Role, RunBegan, RunFinished, RunQueued,
-                                 RunStarted, Score, Usage, Verdict, parse_event)
+                                 RunStarted, RunStoppedEarly, RunUnpaired, Score, Usage, Verdict,
+                                 parse_event)
+from agent.record.curves import Curve, CurvePoint
 from agent.record.ledger import read_events
 from agent.record.state import fold
 from sandbox import Status
@@ -58,6 +60,13 @@ ONE_OF_EACH: list[Event] = [
                 duration_s=61.2, peak_memory_mb=900.0, exit_code=0, log="runs/r1/log.txt",
                 log_tail="---\nval_bpb: 1.9", backend="local", env_fingerprint="abc", worker=3,
                 device="cuda:3", node="10.0.0.7", started=1.7e9, ended=1.7e9 + 61.2),
+    RunFinished(run_id="r3", commit="b" * 40, seed=2000, role=Role.REFERENCE, status=Status.OK,
+                metric=1.95, curve=Curve((CurvePoint(0.02, 5.5, 0, 0.0), CurvePoint(0.5, 2.4, 150, 0.01),
+                                          CurvePoint(1.0, 2.1, 300, None)), "64x64")),
+    RunStoppedEarly(run_id="r4", experiment="e0001", seed=2001, checkpoint=0.5, reached=0.51,
+                    gap=-0.08, predicted=-0.06, interval=(-0.09, -0.03), bound=-0.03, pairs=12,
+                    partner="same seed", saved_s=31.5, reason="a discard stopped early at 50%"),
+    RunUnpaired(run_id="r5", experiment="e0001", reason="a different batch shape (64x128 against 64x64)"),
     RunQueued(run_id="r2", job_id="4812"),
     RunBegan(run_id="r2", job_id="4812", node="gpu-17", queued_s=312.5),
     RunFinished(run_id="r2", commit="c" * 40, seed=2001, role=Role.CANDIDATE, experiment="e0001",
@@ -171,3 +180,21 @@ def test_an_old_ledger_folds_to_the_same_state_and_frames(tmp_path):
                 mine = row.get(column)
                 mine = None if isinstance(mine, float) and math.isnan(mine) else mine
                 assert json.loads(json.dumps(mine, default=str)) == value, (name, column)
+
+
+def test_a_run_stopped_early_is_never_a_result_a_reference_or_noise():
+    """Even one that ended OK before the stop reached it: its value counts for nothing."""
+    base, cand = "b" * 40, "c" * 40
+    events = [LoopStarted(tag="t", base_commit=base),
+              ExperimentProposed(id="e0001", commit=cand, parent=base, description="worse"),
+              RunStarted(run_id="s", commit=cand, seed=1000, role=Role.CANDIDATE, experiment="e0001"),
+              RunStoppedEarly(run_id="s", experiment="e0001", seed=1000, checkpoint=0.5, reached=0.5,
+                              gap=-0.3, predicted=-0.3, interval=(-0.4, -0.2), bound=-0.2, pairs=9,
+                              partner="same seed", saved_s=30.0),
+              RunFinished(run_id="s", commit=cand, seed=1000, role=Role.CANDIDATE, experiment="e0001",
+                          status=Status.OK, metric=2.5)]
+    state = fold(events)
+    experiment = state.experiments["e0001"]
+    assert experiment.stopped_early.run_id == "s" and experiment.runs == [] and not experiment.decided
+    assert state.ok_values(cand) == {} and state.noise_groups() == [] and state.runs == []
+    assert [r.run_id for r in state.interrupted] == ["s"] and not state.in_flight

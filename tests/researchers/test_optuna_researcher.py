@@ -6,7 +6,8 @@ import pytest
 
 from agent.researchers.knobs import knob_values, parse_knobs
 from agent.researchers.prediction_stats import TriedConfig, knob_distance, predict_delta
-from agent.researchers.base import Outcome, ResearchContext, ResearcherError
+from agent.record.state import Experiment
+from agent.researchers.base import Outcome, Proposal, ResearchContext, ResearcherError
 from agent.researchers.optuna_researcher import OptunaResearcher
 
 SOURCE = '''"""A fake training script."""
@@ -28,6 +29,13 @@ def context(index: int, source: str = SOURCE, hypotheses=(), noise_sd=0.01,
         hypotheses=tuple(hypotheses))
 
 
+def record(proposal: Proposal) -> Experiment:
+    """The ledger's record of a proposal, as the loop hands it to `observe`."""
+    return Experiment(id="e", commit=None, parent="c0", description=proposal.description,
+                      hypothesis=proposal.hypothesis, prediction=proposal.prediction,
+                      researcher="optuna", extra=dict(proposal.extra))
+
+
 def fake_metric(source: str) -> float:
     """A deterministic landscape: best near LR=1e-3, deeper is slightly better."""
     import math
@@ -39,7 +47,7 @@ def run(researcher: OptunaResearcher, indices, source: str = SOURCE):
     proposals = []
     for i in indices:
         p = researcher.propose(context(i, source))
-        researcher.observe(p, Outcome(f"e{i}", "discard", None, fake_metric(p.source)))
+        researcher.observe(record(p), Outcome(f"e{i}", "discard", None, fake_metric(p.source)))
         proposals.append(p)
     return proposals
 
@@ -83,13 +91,13 @@ def test_study_persists_and_a_new_researcher_continues_numbering(tmp_path):
 def test_observe_without_a_value_marks_the_trial_failed(tmp_path):
     researcher = OptunaResearcher(tmp_path)
     p = researcher.propose(context(1))
-    researcher.observe(p, Outcome("e1", "crash", None, None, "exit 1"))
+    researcher.observe(record(p), Outcome("e1", "crash", None, None, "exit 1"))
     trial = researcher.study.trials[p.extra["trial"]]
     assert trial.state == optuna.trial.TrialState.FAIL
     assert trial.user_attrs["verdict"] == "crash"
     stranger = type(p)(source="", description="", hypothesis="", prediction=p.prediction,
                        extra={"trial": 99})
-    researcher.observe(stranger, Outcome("e9", "discard", 0.0, 1.0))   # unknown trial: ignored
+    researcher.observe(record(stranger), Outcome("e9", "discard", 0.0, 1.0))   # unknown trial: ignored
     assert len(researcher.study.trials) == 1
 
 
@@ -97,8 +105,8 @@ def test_trial_orphaned_by_a_restart_is_failed_then_recovered_when_observed(tmp_
     p = OptunaResearcher(tmp_path).propose(context(1))          # the process "dies" here
     resumed = OptunaResearcher(tmp_path)
     assert resumed.study.trials[p.extra["trial"]].state == optuna.trial.TrialState.FAIL
-    resumed.observe(p, Outcome("e1", "discard", 0.02, 1.02))    # the loop finished it anyway
-    resumed.observe(p, Outcome("e1", "discard", 0.02, 1.02))    # told twice: no crash, no copy
+    resumed.observe(record(p), Outcome("e1", "discard", 0.02, 1.02))    # the loop finished it anyway
+    resumed.observe(record(p), Outcome("e1", "discard", 0.02, 1.02))    # told twice: no crash, no copy
     (recovered,) = completed(tmp_path)
     assert recovered.value == 1.02 and recovered.user_attrs["recovered_from_trial"] == 0
     assert recovered.params == resumed.study.trials[0].params
@@ -121,7 +129,7 @@ def test_hypothesis_outside_the_space_is_run_but_kept_out_of_the_study_params(tm
     assert knob_values(p.source)["LR"] == 0.5 and p.hypothesis_id == "h1"
     trial = researcher.study.trials[p.extra["trial"]]
     assert "LR" not in trial.params and trial.user_attrs["config"]["LR"] == 0.5
-    researcher.observe(p, Outcome("e1", "discard", 0.5, 1.5))   # and it can be told
+    researcher.observe(record(p), Outcome("e1", "discard", 0.5, 1.5))   # and it can be told
 
 
 def test_incumbent_outside_its_space_still_gets_proposals(tmp_path):
@@ -137,7 +145,7 @@ def test_a_sampled_duplicate_of_the_incumbent_is_nudged(tmp_path):
     for i in range(1, 5):
         p = researcher.propose(context(i, source))
         assert p.source == "USE_BIAS = False  # search: choice(True, False)\n"
-        researcher.observe(p, Outcome(f"e{i}", "discard", 0.0, 1.0))
+        researcher.observe(record(p), Outcome(f"e{i}", "discard", 0.0, 1.0))
     skipped = [t for t in researcher.study.trials if "skipped" in t.user_attrs]
     assert skipped, "with this seed TPE draws the incumbent's value at least once"
     assert all(t.state == optuna.trial.TrialState.FAIL for t in skipped)
@@ -148,7 +156,7 @@ def test_predictions_come_from_the_studys_model_and_vary_with_history(tmp_path):
     first = researcher.propose(context(1, noise_sd=None, incumbent_value=None))
     assert first.extra["prediction_method"] == "gp prior" and "GP prior" in first.prediction.rationale
     assert first.prediction.expected_delta == 0.0 and first.prediction.confidence == 0.8
-    researcher.observe(first, Outcome("e1", "discard", None, fake_metric(first.source)))
+    researcher.observe(record(first), Outcome("e1", "discard", None, fake_metric(first.source)))
     later = run(researcher, range(2, 9))
     assert all(p.extra["prediction_method"] == "gp" for p in later)
     deltas = {round(p.prediction.expected_delta, 6) for p in later}
@@ -241,10 +249,22 @@ def test_a_local_move_never_steps_back_onto_the_incumbent_a_keep_replaced(tmp_pa
     for seed in range(8):
         researcher = OptunaResearcher(tmp_path / f"s{seed}", seed=seed, startup=20)
         first = researcher.propose(context(1, source))
-        researcher.observe(first, Outcome("e1", "keep", -0.1, 0.9))
+        researcher.observe(record(first), Outcome("e1", "keep", -0.1, 0.9))
         before = knob_values(source)
         for index in (2, 3):
             ctx = dataclasses.replace(context(index, first.source), incumbent_commit="c1")
             proposal = researcher.propose(ctx)
-            researcher.observe(proposal, Outcome(f"e{index}", "discard", 0.05, 0.95))
+            researcher.observe(record(proposal), Outcome(f"e{index}", "discard", 0.05, 0.95))
             assert proposal.extra["config"] != before, (seed, first.description, proposal.description)
+
+
+def test_a_discard_stopped_early_is_a_pruned_trial(tmp_path):
+    # Optuna's own word for a trial whose curve showed it losing: TPE ranks it with the worse
+    # trials, where a failed one would be left out of its model.
+    researcher = OptunaResearcher(tmp_path, seed=0, startup=2)
+    p = researcher.propose(context(1))
+    researcher.observe(record(p), Outcome("e1", "discard", None, None, "a discard stopped early at 50%",
+                                          stopped_early=True))
+    study = optuna.load_study(study_name="nightshift", storage=f"sqlite:///{tmp_path / 'optuna.db'}")
+    (trial,) = [t for t in study.get_trials() if t.number == p.extra["trial"]]
+    assert trial.state == optuna.trial.TrialState.PRUNED

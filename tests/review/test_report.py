@@ -149,6 +149,40 @@ def test_cli_report_writes_html_and_png(tmp_path):
     assert missing.returncode == 1 and "night1" in missing.stderr
 
 
+def test_the_report_lists_every_run_stopped_early_and_the_time_saved(tmp_path):
+    from agent.record.events import (Decision, DecisionMade, ExperimentProposed, LoopStarted, Role,
+                                     RunFinished, RunStarted, RunStoppedEarly, RunUnpaired, Verdict)
+    from sandbox import Status
+
+    ledger = Ledger(tmp_path / "es")
+    ledger.append(LoopStarted(tag="es", base_commit="b" * 40, program={"early_stop": {"mode": "auto"}}))
+    ledger.append(RunFinished(run_id="ref", commit="b" * 40, seed=1000, role=Role.REFERENCE, status=Status.OK,
+                              metric=2.0, started=100.0, ended=170.0))
+    for i, (gap, description) in enumerate(((-0.4, "LR x10"), (-0.9, "N_LAYER 6"))):
+        eid, commit = f"e000{i + 1}", f"{i + 1}" * 40
+        ledger.append(ExperimentProposed(id=eid, commit=commit, parent="b" * 40, description=description))
+        ledger.append(RunStarted(run_id=f"r{i}", commit=commit, seed=1000, role=Role.CANDIDATE, experiment=eid))
+        ledger.append(RunStoppedEarly(run_id=f"r{i}", experiment=eid, seed=1000, checkpoint=0.25, reached=0.26,
+                                      gap=gap, predicted=2 * gap, interval=(3 * gap, gap), bound=gap, pairs=20,
+                                      partner="same seed", saved_s=45.0, reason="a discard stopped early at 25%"))
+        ledger.append(RunFinished(run_id=f"r{i}", commit=commit, seed=1000, role=Role.CANDIDATE, experiment=eid,
+                                  status=Status.INTERRUPTED, reason="stopped early at 26%", started=200.0,
+                                  ended=225.0))
+        ledger.append(DecisionMade(id=eid, commit=commit, incumbent="b" * 40, verdict=Verdict.DISCARD,
+                                   reason="a discard stopped early at 25%",
+                                   decision=Decision(verdict=Verdict.DISCARD, rule="early_stop")))
+    ledger.append(RunUnpaired(run_id="r9", experiment="e0002", reason="a different batch shape (32x64 against 64x64)"))
+    context = build_context(tmp_path / "es")
+    early = context["early"]
+    assert [s["id"] for s in early["stops"]] == ["e0001", "e0002"] and early["saved_s"] == 90.0
+    assert early["share"] == 90.0 / (70.0 + 25.0 + 25.0 + 90.0)           # of what the runs would have taken
+    assert early["unpaired"] == {"a different batch shape": 1}
+    page = " ".join(re.sub(r"<[^>]+>", "", html.unescape(write_report(tmp_path / "es").html.read_text())).split())
+    assert "2 candidate runs stopped early" in page and "43% of what the night's runs would have taken" in page
+    assert "-0.8000 [-1.2000, -0.4000]" in page and "N_LAYER 6" in page
+    assert "stopped early at 25%: a discard, not a measurement" in page     # the experiment's row says so
+
+
 def test_flagged_candidates_show_their_evidence_in_the_report_and_status(tmp_path):
     """A misreport (the script's value beside the evaluator's) and an experiment-level flag
     (its figures on the decision): the report's panel and `status` name both."""

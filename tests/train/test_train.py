@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from sandbox.progress import ProgressReader
+
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "train"))
 import prepare  # noqa: E402
@@ -80,6 +82,15 @@ def test_a_short_run_trains_on_the_training_split_alone_and_saves_a_model_the_ev
     assert result["peak_memory_mb"] > 0 and result["seed"] == 1
     assert set(result["knobs"]) >= {"N_LAYER", "N_EMBD", "OPTIMIZER", "BATCH_SIZE", "CONTEXT_LEN"}
     assert re.search(r"^step 0 \| loss [\d.]+ \| lr \S+ \|.* elapsed [\d.]+s$", proc.stdout, re.M)
+    # Progress lines on the clock, every 2% of the budget, as the harness reads them live: the
+    # curve early stopping compares, with the shape of a step (batch x context).
+    reader = ProgressReader()
+    points = [p for p in map(reader.feed, proc.stdout.splitlines()) if p is not None]
+    elapsed = [p.elapsed_s for p in points]
+    # a line every 2% of the budget, or every step where a step takes longer (a 3-s budget)
+    assert len(points) >= min(result["steps"], 45) and elapsed == sorted(elapsed) and elapsed[-1] >= 3.0
+    assert all(p.values["batch"] == 64 and p.values["context"] == 64 and 0 < p.loss < 6 for p in points)
+    assert points[-1].step == result["steps"] - 1
     summary = proc.stdout.split("\n---\n")[-1]
     values = dict(line.split(":", 1) for line in summary.strip().splitlines())
     for key in ("steps", "tokens_per_s", "train_seconds", "total_seconds", "peak_memory_mb",

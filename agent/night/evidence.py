@@ -1,0 +1,55 @@
+"""What the keep rule and the integrity checks are shown of a pending candidate: pure
+functions of the night's state (the loop asks them; nothing here records anything)."""
+from __future__ import annotations
+
+from agent.decide.decision import DecisionRule, Evidence, RunMore, pooled_sd
+from agent.decide.integrity import Flag, judge_experiment
+from agent.night.checks import judge_budget
+from agent.program import Program
+from agent.record.events import Role
+from agent.record.state import Experiment, LoopState
+
+
+def evidence_for(state: LoopState, experiment: Experiment, direction: str, workers: int,
+                 candidate: dict[int, float] | None = None) -> Evidence:
+    """The keep rule's evidence on `experiment` (`candidate`: values to judge instead of its
+    own, for early stopping's "would a run ending there lose?")."""
+    sd, dof = pooled_sd(state.noise_groups())
+    pending = max(1, len(state.pending_experiments()))
+    return Evidence(
+        direction=direction,
+        candidate=state.ok_values(experiment.commit, Role.CANDIDATE) if candidate is None else candidate,
+        reference=state.reference(experiment.parent),
+        noise_sd=sd, noise_dof=dof, history=state.history(experiment),
+        runs=state.same_seed_runs(), repeats=state.repeat_pairs(),
+        looks=tuple(experiment.looks) if experiment.looks_recorded else None,
+        batch=max(1, workers // pending),
+    )
+
+
+def integrity_flag(state: LoopState, program: Program, experiment: Experiment) -> Flag | None:
+    """What no single run shows, across the candidate's runs and the incumbent's
+    (agent.decide.integrity.judge_experiment)."""
+    reference = [r for r in state.runs if r.commit == experiment.parent and r.role == Role.REFERENCE]
+    base = [r for r in state.runs if r.commit == state.base_commit and r.role == Role.REFERENCE and r.ok]
+    budget = state.budget_s or program.budget_s
+    wall_clock = any(judge_budget(r.duration_s, budget, program.grace_s).kind == "wall_clock"
+                     for r in base)
+    return judge_experiment(experiment.runs, reference, budget_s=budget, wall_clock=wall_clock,
+                            metric=program.metric)
+
+
+def waiting(state: LoopState, asked: RunMore | None, experiment: Experiment) -> bool:
+    """Whether seeds the rule asked for on `experiment` are still to land."""
+    if asked is None:
+        return False
+    candidate = state.ok_values(experiment.commit, Role.CANDIDATE)
+    reference = state.reference(experiment.parent)
+    return (any(seed not in candidate for seed in asked.candidate_seeds)
+            or any(seed not in reference for seed in asked.reference_seeds))
+
+
+def incumbent_measured(state: LoopState, rule: DecisionRule) -> bool:
+    """Whether the incumbent has run on every baseline seed (nothing is judged before)."""
+    reference = state.reference(state.incumbent)
+    return all(seed in reference for seed in rule.baseline_seeds())

@@ -1,0 +1,208 @@
+"""Early stopping in real nights: the real CLI, sandbox and workers, sleep-paced scripts that
+print learning curves as train.py does (`step N | loss X | ... | elapsed Ys`).
+
+What must hold: a clearly worse candidate is stopped at a checkpoint and discarded, a curve
+that crosses late is not stopped, an incumbent run is never stopped, a curve that cannot be
+paired is recorded as such, a kill -9 in the middle of an early stop resumes to the same
+fold, and with four workers a worker freed by a stop takes the next run at once.
+
+One night prints train.py's step lines, the other nanoGPT's `iter N: loss X` through program.md's
+`metrics_pattern`. The toy: each run's own luck shows on its curve as it trains (seeds share nothing, as on
+the CPU proxy), a candidate's change shows from the start and grows; the night's first
+candidates finish and calibrate the rule (its prior needs a dozen pairs before it trusts
+them), then the ones under test come.
+"""
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from agent.record.events import Role, RunFinished, Verdict
+from sandbox import Status
+from tests.breakit.common import check_night, leftovers
+from tests.loop_helpers import cli_env, loop_state, make_repo, nightshift
+
+pytestmark = pytest.mark.slow
+
+CURVY = '''\
+import json, os, random, time
+LEVEL = 2.0         # search: float(1.0, 4.0)
+BEHIND = 0.0        # search: float(0.0, 2.0)
+BATCH = 64          # search: choice(32, 64)
+LINES = 10
+seed = int(os.environ["NIGHTSHIFT_SEED"])
+budget = float(os.environ["NIGHTSHIFT_BUDGET_S"])
+run = random.Random(f"{seed}/{LEVEL}/{BEHIND}/{BATCH}")   # this run's own luck, shared with no other
+luck = run.gauss(0.0, 0.03)
+for i in range(1, LINES + 1):
+    time.sleep(budget / LINES)
+    f = i / LINES
+    # the change shows from the start and grows; BEHIND: behind early, caught up by 75%
+    loss = 3.0 - f + (LEVEL - 2.0) * f + BEHIND * max(0.0, 1 - f / 0.75) + luck * f + run.gauss(0.0, 0.01)
+    print(PROGRESS_LINE, flush=True)
+with open(os.path.join(os.environ["NIGHTSHIFT_OUT"], "result.json"), "w") as out:
+    json.dump({"val_bpb": LEVEL + luck}, out)
+'''
+
+# the bundled train.py's step lines (its own training clock), or nanoGPT's (steps, no clock)
+TRAIN_PY = 'f"step {i * 10} | loss {loss:.4f} | lr 1.0e-02 | batch {BATCH} | context 64 | elapsed {f * budget:.2f}s"'
+NANOGPT = 'f"iter {i * 10}: loss {loss:.4f}, time {budget / LINES * 1000:.2f}ms, batch {BATCH}"'
+NANOGPT_PATTERN = r"metrics_pattern: 'iter (?P<iter>\d+): loss (?P<train_loss>[0-9.]+), time (?P<ms>[0-9.]+)ms, batch (?P<batch>\d+)'"
+
+PROGRAM = '''\
+---
+target: curvy.py
+protected: []
+command: python curvy.py
+prepare: null
+budget: 1s
+grace: 30s
+seeds: {baseline: 2, screen: 1, max: 2, repeat: 0}
+sandbox: local
+researcher: scripted
+---
+Sleep-paced runs that print a learning curve.
+'''
+
+CALIBRATION = [2.2, 2.6, 2.05, 2.4, 3.2, 2.1, 2.8, 2.3, 2.5, 2.15, 3.0, 2.7, 2.35, 2.9, 2.45, 3.1]
+UNDER_TEST = [
+    {"knobs": {"LEVEL": 4.0}, "description": "clearly worse"},
+    {"knobs": {"LEVEL": 3.9}, "description": "clearly worse again"},
+    {"knobs": {"LEVEL": 3.5, "BATCH": 32}, "description": "clearly worse, another batch shape"},
+    {"knobs": {"LEVEL": 1.7, "BEHIND": 1.2}, "description": "behind early, crosses late"},
+]
+# after them, work for the workers a stop frees (the night's last proposals)
+AFTER = [{"knobs": {"LEVEL": level, "BEHIND": 0.0}, "description": f"after: LEVEL {level}"}
+         for level in (2.3, 2.4, 2.5)]
+SCRIPT = [{"knobs": {"LEVEL": level}, "description": f"worse by {level - 2:.2f}"}
+          for level in CALIBRATION] + UNDER_TEST + AFTER
+
+
+def night_repo(tmp_path, line: str = TRAIN_PY):
+    program = PROGRAM if line == TRAIN_PY else PROGRAM.replace("researcher: scripted\n",
+                                                               f"researcher: scripted\n{NANOGPT_PATTERN}\n")
+    repo = make_repo(tmp_path / "user", {"curvy.py": CURVY.replace("PROGRESS_LINE", line), "program.md": program})
+    (tmp_path / "script.json").write_text(json.dumps(SCRIPT))
+    return repo
+
+
+def by_description(state):
+    return {e.description: e for e in state.experiments.values()}
+
+
+def assert_early_stopping_held(state, killed: str | None = None):
+    """What the night's ledger must show, whatever the number of workers (`killed`: the run a
+    kill -9 ended before its end was recorded; the resume closed it as interrupted)."""
+    named = by_description(state)
+    stops = {stop.experiment: stop for stop in state.early_stops.values()}
+    for name in ("clearly worse", "clearly worse again"):
+        experiment = named[name]
+        stop = stops.get(experiment.id)
+        assert stop is not None, f"{name} ran to the end: {experiment.decision.reason}"
+        assert stop.checkpoint in (0.25, 0.5, 0.75) and stop.reached < 1.0 and stop.bound < 0
+        assert stop.predicted < 0 and stop.interval[0] < stop.predicted < stop.interval[1]
+        assert experiment.verdict == Verdict.DISCARD and experiment.decision.decision.rule == "early_stop"
+        assert experiment.decision.decision.effect is None        # a partial run is no measurement
+        assert "a discard stopped early" in experiment.decision.reason and stop.saved_s > 0
+        (stopped,) = [r for r in state.interrupted if r.run_id == stop.run_id]
+        if stop.run_id != killed:
+            assert stopped.curve is not None and stopped.curve.reached < 1.0
+            assert stopped.status == Status.INTERRUPTED and "stopped early" in stopped.reason
+        assert all(r.run_id != stop.run_id for r in state.runs)   # never a result, reference, noise
+    # a curve on another batch shape is never compared, and the ledger says why, once
+    other = named["clearly worse, another batch shape"]
+    unpaired = [u for u in state.unpaired.values() if u.experiment == other.id]
+    assert len(unpaired) == 1 and "batch shape" in unpaired[0].reason
+    assert other.id not in stops and other.verdict == Verdict.DISCARD and other.decision.effect < 0
+    # the late crossing runs to the end on every seed, and is kept on its merit
+    crossing = named["behind early, crosses late"]
+    assert crossing.id not in stops and crossing.verdict == Verdict.KEEP
+    assert all(r.ok and r.curve.reached >= 0.99 for r in crossing.runs)
+    # the calibration candidates ran to the end (the rule waits for the night's own pairs)
+    assert all(named[f"worse by {level - 2:.2f}"].id not in stops for level in CALIBRATION[:3])
+    # an incumbent run is never stopped: every stop is a candidate run's, every reference ran out
+    started = {r.run_id: r for r in state.runs + state.interrupted}
+    assert all(started[stop.run_id].role == Role.CANDIDATE for stop in state.early_stops.values())
+    references = [r for r in started.values() if r.role == Role.REFERENCE]
+    assert references and all(isinstance(r, RunFinished) and r.status == Status.OK
+                              and r.curve.reached >= 0.99 for r in references)
+
+
+def test_a_kill_9_in_the_middle_of_an_early_stop_resumes_to_the_same_fold(tmp_path):
+    repo = night_repo(tmp_path)
+    env = cli_env(tmp_path / "data")
+    total = len(SCRIPT)
+    proc = subprocess.Popen([sys.executable, "-m", "agent.cli", "run", "--tag", "es", "--script",
+                             str(tmp_path / "script.json"), "--max-experiments", str(total)],
+                            cwd=repo, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+    ledger = repo / "results" / "es" / "ledger.jsonl"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        text = ledger.read_text() if ledger.exists() else ""
+        if '"run_stopped_early"' in text:
+            proc.send_signal(signal.SIGKILL)
+            break
+        time.sleep(0.002)
+    else:
+        proc.kill()
+        pytest.fail(f"no run was stopped early: {proc.stderr.read()[-3000:]}")
+    proc.wait()
+    proc.stderr.close()
+    assert leftovers(repo, "es") == [], "a run outlived its killed harness"
+    check_night(repo, "es", closed=False)
+    killed = loop_state(repo, "es")
+    (stop,) = killed.early_stops.values()
+    # the kill came between the stop and its discard: the candidate is still pending
+    assert not killed.experiments[stop.experiment].decided, "the kill came too late to test a resume"
+
+    again = nightshift(repo, "run", "--tag", "es", "--script", str(tmp_path / "script.json"),
+                       "--max-experiments", str(total - len(killed.decisions)), env=env)
+    assert again.returncode in (0, 3), again.stdout[-3000:] + again.stderr[-3000:]   # 3: the script ran out
+    check_night(repo, "es", closed=True)
+    state = loop_state(repo, "es")
+    assert state.early_stops[stop.run_id] == stop                  # recorded once, kept as it was
+    decided = [d for d in state.decisions if d.id == stop.experiment]
+    assert len(decided) == 1 and decided[0].verdict == Verdict.DISCARD
+    assert decided[0].decision.rule == "early_stop"
+    assert len(state.experiments) >= len(CALIBRATION) + len(UNDER_TEST)
+    assert all(e.decided for e in state.experiments.values())
+    assert_early_stopping_held(state, killed=stop.run_id)
+    status = nightshift(repo, "status", "--tag", "es", env=env)
+    assert status.returncode == 0, status.stdout + status.stderr
+    assert f"stopped early: {len(state.early_stops)} runs, each a discard" in status.stdout, status.stdout
+    for stop in state.early_stops.values():      # every stopped run, where it stopped
+        assert f"{stop.experiment} seed {stop.seed} at {stop.checkpoint:.0%}: predicted" in status.stdout
+
+
+def test_with_four_workers_a_worker_freed_by_a_stop_takes_the_next_run_at_once(tmp_path):
+    # nanoGPT's lines through program.md's metrics_pattern: steps and a loss, no training
+    # clock, so the curves are compared step for step (the incumbent's steps are the total)
+    repo = night_repo(tmp_path, NANOGPT)
+    done = nightshift(repo, "run", "--tag", "w4", "--workers", "4", "--script",
+                      str(tmp_path / "script.json"), "--max-experiments", str(len(SCRIPT)),
+                      env=cli_env(tmp_path / "data"))
+    # 3: the script ran out (after the keep, proposals made against the old incumbent conflict
+    # and are asked again; with several workers, superseded candidates count too)
+    assert done.returncode in (0, 3), done.stdout[-3000:] + done.stderr[-3000:]
+    state = loop_state(repo, "w4")
+    assert_early_stopping_held(state)
+    assert all(r.curve.placed == "clock" and r.curve.points[-1].step == 100 for r in state.runs if r.ok)
+    everything = state.runs + [r for r in state.interrupted if isinstance(r, RunFinished)]
+    checked = 0
+    for stop in state.early_stops.values():
+        stopped = next(r for r in everything if r.run_id == stop.run_id)
+        # The worker's next run began before the runs that began after the stopped one (so had
+        # most of their budget still to go when it stopped) ended: it waited for no batch, no
+        # look, no other run.
+        later = [r for r in everything if stopped.started <= r.started < stopped.ended < r.ended]
+        following = min((r for r in everything if r.worker == stopped.worker and r.started >= stopped.ended),
+                        key=lambda r: r.started, default=None)
+        assert following is not None
+        if later:
+            checked += 1
+            assert following.started < max(r.ended for r in later)
+    assert checked, "no run began after a stopped one and outlived it: nothing to compare with"
