@@ -10,8 +10,6 @@ from pathlib import Path
 
 import pytest
 
-
-
 from sandbox.protocol import Limits, RunSpec  # noqa: E402
 
 
@@ -53,3 +51,16 @@ def hostile_spec(tmp_path):
     for path in tmp_path.rglob("*"):  # let pytest clean up the read-only snapshots
         if path.is_dir() and not path.is_symlink():
             os.chmod(path, 0o755)
+
+
+def pytest_collection_modifyitems(items):
+    """Under pytest-xdist (`-n 2`, pyproject.toml) the tests of one real cluster run on one
+    worker, one after another: they share its nodes, and a test that counts what ran at once
+    on them must not see another test's jobs. So do the Docker tests: a runner starting
+    removes the stopped containers of harnesses that are gone, which a test of a killed
+    harness's container is still reading."""
+    for item in items:
+        for engine in ("ray", "slurm", "docker"):
+            if item.get_closest_marker(engine) is not None:
+                item.add_marker(pytest.mark.xdist_group(engine))
+                break

@@ -18,7 +18,9 @@ from agent.record.ledger import LEDGER_FILE
 
 # Logs and pipes get a wide console: rich's 80-column default folds every table row.
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 140)
-err = Console(stderr=True, highlight=False)
+# An error's line is never folded by rich: a folded path (".../pr\nogram.md") cannot be copied
+# or searched for; the terminal wraps a long line where it must.
+err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 ProgramOpt = typer.Option(Path("program.md"), "--program", "-p",
                           help="The research program: YAML front matter + prose.")
