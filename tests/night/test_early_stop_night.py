@@ -195,14 +195,22 @@ def test_with_four_workers_a_worker_freed_by_a_stop_takes_the_next_run_at_once(t
     checked = 0
     for stop in state.early_stops.values():
         stopped = next(r for r in everything if r.run_id == stop.run_id)
-        # The worker's next run began before the runs that began after the stopped one (so had
-        # most of their budget still to go when it stopped) ended: it waited for no batch, no
-        # look, no other run.
-        later = [r for r in everything if stopped.started <= r.started < stopped.ended < r.ended]
         following = min((r for r in everything if r.worker == stopped.worker and r.started >= stopped.ended),
                         key=lambda r: r.started, default=None)
-        assert following is not None
-        if later:
-            checked += 1
+        if following is None:       # the night's last runs: nothing was left for this worker
+            assert not [r for r in everything if r.started >= stopped.ended + 5.0], \
+                "a run began well after the stop, on another worker: this one sat idle"
+            continue
+        # The worker's next run began at once, or as another run ended (whose decision made
+        # the next run: with nothing else to run, a worker waits for work, not for a batch)
+        at_once = following.started - stopped.ended < 1.0
+        as_one_ended = any(abs(following.started - r.ended) < 0.5 for r in everything if r is not stopped)
+        assert at_once or as_one_ended, (stopped.ended, following.started)
+        checked += at_once
+        # ...and where nothing else ended then, runs that began after the stopped one (so had
+        # most of their budget still to go when it stopped) were still going: no look, no
+        # other run was waited for
+        later = [r for r in everything if stopped.started <= r.started < stopped.ended < r.ended]
+        if at_once and later and not as_one_ended:
             assert following.started < max(r.ended for r in later)
-    assert checked, "no run began after a stopped one and outlived it: nothing to compare with"
+    assert checked, "no worker freed by a stop began its next run within a second"
