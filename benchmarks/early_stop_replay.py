@@ -1,7 +1,7 @@
 """Early stopping replayed on recorded pairs of real runs: what it saves and what it loses.
 
     python benchmarks/early_stop_replay.py PAIRS.jsonl [--confidence 0.99] [--checkpoints 0.25 0.5 0.75]
-                                           [--orders 20] [--prior-pairs 4] [--prior-residual 0.5] [--sweep]
+                                           [--orders 20] [--prior-pairs 4] [--prior-residual 1] [--sweep]
     python benchmarks/early_stop_replay.py --synthetic OUT.jsonl [--pairs 60] [--seed 0]
 
 PAIRS.jsonl holds one pair a line, in the order the runs finished (a night's order): a
@@ -39,8 +39,8 @@ rule before a given one depends on the order, and one order is one draw of it.
 How telling the curves are, first: at each checkpoint, the least-squares line of the final
 improvement on the loss gap over all pairs that can be compared (same batch shape and
 schedule), its R², and its residual as a share of the final gaps' size (root mean square):
-the prior says 0.5 (agent/decide/early_stop.py's PRIOR: what the real pairs of
-benchmarks/paired_curves.jsonl showed at 25 %; 1.0 would say a gap tells nothing),
+the prior says 1.0 (a gap tells nothing; on the real pairs of benchmarks/paired_curves.jsonl
+the 25 % checkpoint showed 0.49),
 `--prior-residual` and `--prior-pairs` (how many pairs it is worth) change it, and `--sweep` replays a grid of both, which is how the prior
 of agent/decide/early_stop.py is measured.
 """

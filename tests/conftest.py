@@ -53,6 +53,7 @@ def hostile_spec(tmp_path):
             os.chmod(path, 0o755)
 
 
+@pytest.hookimpl(tryfirst=True)   # before xdist's own, which reads the groups into the test ids
 def pytest_collection_modifyitems(items):
     """Under pytest-xdist (`-n 2`, pyproject.toml) the tests of one real cluster run on one
     worker, one after another: they share its nodes, and a test that counts what ran at once

@@ -69,14 +69,15 @@ class EarlyStopSettings:
 class Prior:
     """What a mid-run gap says about the final one before the night has pairs of its own:
     nothing (slope 0), with a residual `residual` times the final paired spread, worth
-    `pseudo_pairs` finished pairs. Measured on 45 recorded pairs of real train.py runs
-    (benchmarks/paired_curves.jsonl, 20-s budget, 2 idle cores; benchmarks/early_stop_replay.py
-    --sweep): a mid-run gap's residual was 0.49 of the final gaps' size at 25 % of the budget
-    and 0.22 at 50 % and 75 %, so the prior's 0.5 is the least telling checkpoint's, and still
-    twice what the later ones showed; 1.0 (a gap tells nothing) saved 13 % per discard there,
-    0.5 saved 22 %, neither lost a candidate a full run would have passed."""
+    `pseudo_pairs` finished pairs. Conservative by construction. Measured on 45 recorded pairs
+    of real train.py runs (benchmarks/paired_curves.jsonl, 20-s budget, 2 idle cores;
+    benchmarks/early_stop_replay.py --sweep): a mid-run gap's residual there was 0.49 of the
+    final gaps' size at 25 % of the budget and 0.22 at 50 % and 75 %; this prior saved 13 % per
+    discard, 0.5 would save 22 % with no real win lost on those pairs, but it was chosen on
+    them, and on the simulated curves of benchmarks/curve_nights.py (a gap less telling) it
+    stopped a run its full run would not have ended. It stays 1.0 until more real pairs say so."""
 
-    residual: float = 0.5
+    residual: float = 1.0
     pseudo_pairs: float = 4.0
     intercept_sd: float = 1.0      # in units of the final paired spread
     slope_sd: float = 100.0        # in units of that spread per unit of mid-run gap spread
