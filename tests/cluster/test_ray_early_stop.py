@@ -69,6 +69,10 @@ def test_a_night_on_the_cluster_stops_a_clearly_worse_candidate_at_a_checkpoint(
     assert worse.id in stops and worse.verdict == Verdict.DISCARD
     assert worse.decision.decision.rule == "early_stop" and stops[worse.id].reached < 1.0
     (stopped,) = [r for r in state.interrupted if r.run_id == stops[worse.id].run_id]
-    # the curve came from the node while it ran; the task was cancelled there
-    assert stopped.status == Status.INTERRUPTED and stopped.node and stopped.curve.reached < 1.0
+    # the curve came from the node while it ran; the task was cancelled there, or (on a busy
+    # cluster, a stop near the end) it finished before the cancel landed: either way it is
+    # recorded apart, never a measurement of the candidate
+    assert stopped.status in (Status.INTERRUPTED, Status.OK) and stopped.node
+    assert stopped.status == Status.OK or stopped.curve.reached < 1.0
+    assert stopped.run_id not in {r.run_id for r in state.runs}
     assert all(r.curve is not None and r.curve.reached >= 0.99 for r in state.runs if r.ok)
