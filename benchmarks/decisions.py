@@ -49,6 +49,7 @@ import multiprocessing
 import sys
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 from pathlib import Path
 
 import numpy as np
@@ -125,7 +126,9 @@ class Night:
 
 # ---------------------------------------------------------------- the rules
 def night_single(prior: str, budget: int, rngs: tuple[np.random.Generator, ...],
-                 noise: NoiseModel, confirm: bool) -> Night:
+                 noise: NoiseModel, confirm: bool, margin: float = 0.0) -> Night:
+    """One run per candidate on seed 0 (and seed 1 with `confirm`), kept when it beats the
+    best recorded value by more than `margin` (σ units; 0: at all)."""
     rng, world, night = rngs[0], World(rngs[1], noise), Night()
     level, commit = 0.0, 0                       # true level of the incumbent (lower = better)
     best = world.run(0, level, 0)
@@ -139,7 +142,7 @@ def night_single(prior: str, budget: int, rngs: tuple[np.random.Generator, ...],
         first = world.run(commit, cand_level, 0)
         night.runs += 1
         night.candidates += 1
-        if first >= best:
+        if first >= best - margin:
             continue
         if confirm:
             second = world.run(commit, cand_level, 1)
@@ -227,16 +230,19 @@ def nightshift_rules(quick: bool) -> dict[str, SequentialRule]:
 
 
 def simulate(name: str, prior: str, nights: int, budget: int, seed: int,
-             noise: NoiseModel, rule: SequentialRule | None) -> list[Night]:
+             noise: NoiseModel, rule: SequentialRule | Callable[..., Night] | None) -> list[Night]:
+    """`nights` nights of one rule: RULES[name] when `rule` is None, the real rule when it is
+    a SequentialRule, else `rule(prior, budget, rngs, noise)` itself."""
     # Common random numbers: night i of every rule sees the same sequence of candidate
     # effects (first stream) and draws its noise from the same stream (second), so the
     # differences between rules are not drowned by night-to-night luck.
     def rngs(i: int) -> tuple[np.random.Generator, ...]:
         key = [seed, ("large", "small", "null").index(prior), i]
         return np.random.default_rng(key + [0]), np.random.default_rng(key + [1])
-    if rule is None:
-        return [RULES[name](prior, budget, rngs(i), noise) for i in range(nights)]
-    return [night_sequential(rule, prior, budget, rngs(i), noise) for i in range(nights)]
+    if isinstance(rule, SequentialRule):
+        return [night_sequential(rule, prior, budget, rngs(i), noise) for i in range(nights)]
+    play = RULES[name] if rule is None else rule
+    return [play(prior, budget, rngs(i), noise) for i in range(nights)]
 
 
 def simulate_cell(cell: tuple) -> dict[str, float]:

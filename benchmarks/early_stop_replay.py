@@ -40,9 +40,11 @@ How telling the curves are, first: at each checkpoint, the least-squares line of
 improvement on the loss gap over all pairs that can be compared (same batch shape and
 schedule), its R², and its residual as a share of the final gaps' size (root mean square):
 the prior says 1.0 (a gap tells nothing; on the real pairs of benchmarks/paired_curves.jsonl
-the 25 % checkpoint showed 0.49),
-`--prior-residual` and `--prior-pairs` (how many pairs it is worth) change it, and `--sweep` replays a grid of both, which is how the prior
-of agent/decide/early_stop.py is measured.
+the 25 % checkpoint showed 0.56); `--prior-residual` and `--prior-pairs` (how many pairs it
+is worth) change it, and `--sweep` replays a grid of both, which is how the prior of
+agent/decide/early_stop.py is measured. Then the most any rule could save: every candidate
+the screen discards stopped at one checkpoint if its curve can be compared, as if the rule
+knew the answer: the ceiling the target is to be read against.
 """
 from __future__ import annotations
 
@@ -205,6 +207,30 @@ def telling(pairs: list[Pair], settings: EarlyStopSettings) -> list[str]:
     return lines
 
 
+def ceilings(pairs: list[Pair], settings: EarlyStopSettings) -> list[str]:
+    """What a perfect rule would save: every candidate whose full run the one-seed screen
+    discards, stopped at a checkpoint if its curve can be compared at all (unpaired curves
+    run to the end whatever a rule knows), in the file's order and with all the pairs'
+    spread as the screen's scale."""
+    finals = [p.improvement for p in pairs]
+    if len(finals) < MIN_SCALE_PAIRS:
+        return []
+    bar = FUTILITY * statistics.stdev(finals)
+    discards = [p for p in pairs if p.improvement <= bar]
+    if not discards:
+        return []
+    today = _mean(_cost(p.candidate, 1.0) for p in discards)
+    comparable = [why_unpaired(p.candidate.curve, p.incumbent.curve, 1.0, settings) is None
+                  for p in discards]
+    lines = [f"the most a rule could save ({sum(comparable)} of {len(discards)} discards can be "
+             f"compared): every comparable discard stopped at"]
+    for checkpoint in settings.checkpoints:
+        early = _mean(_cost(p.candidate, checkpoint if ok else 1.0)
+                      for p, ok in zip(discards, comparable))
+        lines.append(f"  {checkpoint:.0%}: {1 - early / today:.0%} less run time per discard")
+    return lines
+
+
 def _mean(values) -> float:
     values = list(values)
     return float(np.mean(values)) if values else float("nan")
@@ -274,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         kinds[key] = kinds.get(key, 0) + 1
     print(f"{len(pairs)} pairs: " + ", ".join(f"{n} {k}" for k, n in kinds.items()))
     print("how telling a mid-run gap is (least squares over every comparable pair):")
-    for line in telling(pairs, settings):
+    for line in telling(pairs, settings) + ceilings(pairs, settings):
         print(line)
     if args.sweep:
         print(f"prior sweep, mean over {args.orders} orders: pairs it is worth x its residual")

@@ -12,7 +12,15 @@ of a run's luck). Rules, side by side:
   confirmed on two or more seeds), no same-seed repeat;
 - nightshift: same-seed differences pooled over every run of the night (the two-way fit of
   agent/decide/pairing.py), the baseline's same-seed repeat, as the loop runs it;
-- nightshift, ρ known: the same rule told the true ρ: what any estimate of it can reach.
+- nightshift, ρ known: the same rule told the true ρ: what any estimate of it can reach;
+- one seed at level α, ρ known: the single run with a bar, told the true ρ: kept when its run
+  on seed 0 beats the best recorded value by z_(1−α) times the sd of a same-seed difference,
+  √(2(1−ρ)) σ. Its false keeps per no-effect candidate are at most α (the recorded value it
+  must beat was itself selected, which only raises the bar), and it spends one run per
+  candidate like the single run: the simplest rule that keeps the guarantee at the single
+  run's cost, and so a reference for what the guarantee alone costs in progress.
+
+`--quick` prints the single run, nightshift and the one-seed rule only.
 """
 from __future__ import annotations
 
@@ -50,9 +58,29 @@ class KnownShare(SequentialRule):
         return min(self.share, 0.95)
 
 
-def rules(rho: float) -> dict[str, SequentialRule | None]:
-    return {"single run": None, "nightshift, before": DecisionsOnly(),
-            "nightshift": SequentialRule(), "nightshift, ρ known": KnownShare(rho)}
+@dataclasses.dataclass(frozen=True)
+class OneSeedAtLevel:
+    """A night of the one-seed rule at level `alpha`, told ρ (see the module's docstring)."""
+
+    rho: float
+    alpha: float
+
+    def __call__(self, prior, budget, rngs, noise):
+        from scipy import stats
+
+        from benchmarks.decisions import night_single
+        margin = float(stats.norm.isf(self.alpha)) * math.sqrt(2 * (1 - self.rho))
+        return night_single(prior, budget, rngs, noise, confirm=False, margin=margin)
+
+
+def rules(rho: float, quick: bool = False) -> dict[str, SequentialRule | OneSeedAtLevel | None]:
+    everything = {"single run": None, "nightshift, before": DecisionsOnly(),
+                  "nightshift": SequentialRule(), "nightshift, ρ known": KnownShare(rho),
+                  "one seed at α, ρ known": OneSeedAtLevel(rho, SequentialRule().alpha)}
+    if quick:
+        return {k: v for k, v in everything.items() if k in ("single run", "nightshift",
+                                                             "one seed at α, ρ known")}
+    return everything
 
 
 def pairing_cell(cell: tuple) -> dict:
@@ -74,7 +102,8 @@ def compare_pairing(args, fitted_tau: float, started: float, pool_map) -> int:
           f"deterministic per seed\n")
     cells = [(prior, name, rho, fitted_tau if tau is None else tau,
               nights if prior != "null" else max(nights // 3, 10), args.runs, args.seed)
-             for rho, tau in SETTINGS for prior in ("large", "small", "null") for name in rules(rho)]
+             for rho, tau in SETTINGS for prior in ("large", "small", "null")
+             for name in rules(rho, args.quick)]
     table = {(c[2], c[0], c[1]): s for c, s in zip(cells, pool_map(pairing_cell, cells))}
     print(f"{'ρ':>4s} {'rule':22s} {'large: progress σ':>18s} {'vs single':>10s} "
           f"{'small: progress σ':>18s} {'vs single':>10s} {'null+harm':>9s} "
@@ -82,7 +111,7 @@ def compare_pairing(args, fitted_tau: float, started: float, pool_map) -> int:
     missed = []
     alpha = SequentialRule().alpha
     for rho, _ in SETTINGS:
-        for name in rules(rho):
+        for name in rules(rho, args.quick):
             cols = []
             for prior in ("large", "small"):
                 s, single = table[rho, prior, name], table[rho, prior, "single run"]
@@ -98,7 +127,7 @@ def compare_pairing(args, fitted_tau: float, started: float, pool_map) -> int:
                 missed.append(f"false keeps at ρ {rho:g}")
             print(f"{rho:4.1f} {name:22s} {cols[0]} {cols[1]} {bad:9.1f} {null:15.2f} {runs_per:9.2f}")
         print()
-    for prior in ("large", "small"):
+    for prior in ("large", "small") if not args.quick else ():
         now, before = table[0.0, prior, "nightshift"], table[0.0, prior, "nightshift, before"]
         ratio, se = _ratio(now, before)
         print(f"at ρ = 0, {prior} prior: nightshift makes {ratio:.0%} ± {se:.0%} of the progress "

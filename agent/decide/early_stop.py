@@ -71,9 +71,9 @@ class Prior:
     nothing (slope 0), with a residual `residual` times the final paired spread, worth
     `pseudo_pairs` finished pairs. Conservative by construction. Measured on 45 recorded pairs
     of real train.py runs (benchmarks/paired_curves.jsonl, 20-s budget, 2 idle cores;
-    benchmarks/early_stop_replay.py --sweep): a mid-run gap's residual there was 0.49 of the
-    final gaps' size at 25 % of the budget and 0.22 at 50 % and 75 %; this prior saved 13 % per
-    discard, 0.5 would save 22 % with no real win lost on those pairs, but it was chosen on
+    benchmarks/early_stop_replay.py --sweep): a mid-run gap's residual there was 0.56 of the
+    final gaps' size at 25 % of the budget and 0.27 and 0.23 at 50 % and 75 %; this prior saved 13 % per
+    discard, 0.5 would save 23 % with no real win lost on those pairs, but it was chosen on
     them, and on the simulated curves of benchmarks/curve_nights.py (a gap less telling) it
     stopped a run its full run would not have ended. It stays 1.0 until more real pairs say so."""
 
@@ -192,9 +192,16 @@ def _schedule_gap(candidate: Curve, incumbent: Curve) -> float | None:
     peak_mine, peak_theirs = max(lr for _, lr in mine), max(lr for _, lr in theirs)
     if peak_mine <= 0 or peak_theirs <= 0:
         return None
-    at = np.array([f for f, _ in mine])
+    # Only where both runs have points: np.interp holds an end value flat beyond it, which
+    # read a run's first point in warm-up against the other's first point past it as "another
+    # schedule" (10 of 45 real pairs, null edits among them, were refused that way).
+    lo, hi = max(mine[0][0], theirs[0][0]), min(mine[-1][0], theirs[-1][0])
+    inside = [(f, lr) for f, lr in mine if lo <= f <= hi]
+    if not inside:
+        return None
+    at = np.array([f for f, _ in inside])
     ref = np.interp(at, [f for f, _ in theirs], [lr / peak_theirs for _, lr in theirs])
-    return float(np.max(np.abs(np.array([lr / peak_mine for _, lr in mine]) - ref)))
+    return float(np.max(np.abs(np.array([lr / peak_mine for _, lr in inside]) - ref)))
 
 
 def forecast(gap: float, checkpoint: float, pairs: Sequence[FinishedPair], scale: float,

@@ -11,7 +11,7 @@ import pytest
 from agent.decide.early_stop import EarlyStopSettings
 from benchmarks import curve_nights
 from benchmarks.decisions import NoiseModel, World, draw_effect
-from benchmarks.early_stop_replay import FormatError, main, read_pairs, replay, synthetic
+from benchmarks.early_stop_replay import FormatError, ceilings, main, read_pairs, replay, synthetic
 
 
 def pairs_file(path, n=40, seed=0):
@@ -45,6 +45,21 @@ def test_the_replay_stops_clear_losers_and_counts_time_wins_and_false_keeps(tmp_
     assert result["false_keeps_early"] <= result["false_keeps_today"]
     off = replay(pairs, EarlyStopSettings(mode="off"))
     assert off["stopped"] == 0 and off["time_per_discard_early"] == off["time_per_discard_today"]
+
+
+def test_the_ceiling_stops_every_comparable_discard_and_no_unpaired_one(tmp_path):
+    # Runs of 100 s with no start-up or evaluation parts known: a stop at f costs 0.1 + 0.8·f
+    # of a run. Every discard of pairs_file can be compared, so the ceiling at 25 % saves
+    # 1 − (0.1 + 0.2) = 70 %; with every curve unpaired (another batch shape) it saves nothing.
+    path = pairs_file(tmp_path / "pairs.jsonl")
+    lines = ceilings(read_pairs(path), EarlyStopSettings())
+    assert "25%: 70% less" in lines[1] and "50%: 50% less" in lines[2], lines
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    for row in rows:
+        row["candidate"]["batch_shape"], row["incumbent"]["batch_shape"] = "32x64", "64x64"
+    path.write_text("\n".join(json.dumps(row) for row in rows) + "\n")
+    lines = ceilings(read_pairs(path), EarlyStopSettings())
+    assert lines[0].startswith("the most a rule could save (0 of") and "25%: 0% less" in lines[1]
 
 
 def test_the_replay_reads_its_own_synthetic_files_and_refuses_others(tmp_path, capsys):

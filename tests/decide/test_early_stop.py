@@ -108,6 +108,26 @@ def test_a_peak_learning_rate_change_keeps_the_schedule_paired():
     assert not isinstance(judge(twice.upto(0.6), curve(lr=shape), [], SETTINGS, scale=0.02), CannotPair)
 
 
+def test_one_schedule_read_from_points_that_start_at_different_times_stays_paired():
+    # Two runs of one commit: the candidate printed its first line inside the 2 % warm-up,
+    # the incumbent (slower to start) only after it. Only where both have points counts; held
+    # flat before the incumbent's first point, its rate read as another schedule (31 % of the
+    # peak on a real null pair of benchmarks/paired_curves.jsonl).
+    schedule = lambda f: min(1.0, f / 0.02) if f < 0.4 else (1 - f) / 0.6  # noqa: E731
+
+    def run(first: float) -> Curve:
+        points = [CurvePoint(fraction=float(f), loss=3 - math.sqrt(f), step=i, lr=schedule(f))
+                  for i, f in enumerate(np.linspace(first, 1.0, 40))]
+        return Curve(tuple(points))
+    early, late = run(0.012), run(0.07)
+    assert not isinstance(judge(early.upto(0.6), late, [], SETTINGS, scale=0.02), CannotPair)
+    # a truly different schedule over the shared stretch is still refused
+    other = Curve(tuple(CurvePoint(fraction=p.fraction, loss=p.loss, step=p.step,
+                                   lr=1.0 if p.fraction < 0.6 else (1 - p.fraction) / 0.4)
+                        for p in late.points))
+    assert isinstance(judge(early.upto(0.9), other, [], SETTINGS, scale=0.02, now=0.9), CannotPair)
+
+
 def test_the_forecast_bound_holds_as_often_as_it_claims():
     # Pairs from a night where the final improvement follows the mid-run gap linearly with
     # real scatter: a new run ends above the one-sided bound about `tail` of the time.
