@@ -194,7 +194,7 @@ def _schedule_gap(candidate: Curve, incumbent: Curve) -> float | None:
         return None
     # Only where both runs have points: np.interp holds an end value flat beyond it, which
     # read a run's first point in warm-up against the other's first point past it as "another
-    # schedule" (10 of 45 real pairs, null edits among them, were refused that way).
+    # schedule" (9 of 45 real pairs, null edits among them, were refused that way).
     lo, hi = max(mine[0][0], theirs[0][0]), min(mine[-1][0], theirs[-1][0])
     inside = [(f, lr) for f, lr in mine if lo <= f <= hi]
     if not inside:
