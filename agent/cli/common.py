@@ -47,6 +47,15 @@ class CtrlC:
         if self.pressed:
             raise KeyboardInterrupt
 
+    @staticmethod
+    def unraisable(report: Any) -> None:
+        """sys.unraisablehook: a Ctrl-C dropped inside a finalizer is not a crash to print
+        ("Exception ignored in ... Traceback ... KeyboardInterrupt" under "interrupted"): it
+        was remembered, and `check()` or the next bytecode raises it. Anything else as before."""
+        if isinstance(report.exc_value, KeyboardInterrupt):
+            return
+        sys.__unraisablehook__(report)
+
 
 def interruptible(command: Callable[..., Any]) -> Callable[..., Any]:
     """Ctrl-C anywhere in `command` exits 130 with a line, not click's "Aborted!" and 1.
@@ -56,6 +65,7 @@ def interruptible(command: Callable[..., Any]) -> Callable[..., Any]:
         previous = signal.getsignal(signal.SIGINT)
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGINT, CTRL_C)
+        previous_hook, sys.unraisablehook = sys.unraisablehook, CtrlC.unraisable
         CTRL_C.pressed = False
         try:
             return command(*args, **kwargs)
@@ -73,6 +83,8 @@ def interruptible(command: Callable[..., Any]) -> Callable[..., Any]:
         finally:
             if threading.current_thread() is threading.main_thread():
                 signal.signal(signal.SIGINT, previous)
+            if not CTRL_C.pressed:   # else kept: finalizers that run as the process exits
+                sys.unraisablehook = previous_hook
     return wrapped
 
 
