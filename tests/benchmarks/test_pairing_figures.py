@@ -22,6 +22,7 @@ def test_the_one_seed_rule_keeps_at_most_alpha_of_no_effect_candidates(rho, tau)
     no_bar = summarize(simulate("one seed", "null", 10, 400, 0, noise, OneSeedAtLevel(rho, 0.5)))
     assert no_bar["per_night"] == single["per_night"] and no_bar["null"] == single["null"]
 
+
 def test_quick_rows_are_the_single_run_nightshift_and_the_one_seed_rule():
     assert list(rules(0.5, quick=True)) == ["single run", "nightshift", "one seed at α, ρ known"]
     assert set(rules(0.5, quick=True)) < set(rules(0.5))
