@@ -4,6 +4,7 @@ from __future__ import annotations
 import itertools
 import os
 import shutil
+import signal
 import stat
 import sys
 from pathlib import Path
@@ -18,6 +19,16 @@ def _make_read_only(folder: Path) -> None:
     for path in [*folder.rglob("*"), folder]:
         mode = path.stat().st_mode
         path.chmod(mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+
+
+@pytest.fixture
+def ctrl_c_raises():
+    """A SIGINT to this process raises KeyboardInterrupt, as Ctrl-C does in a terminal. A suite
+    started in the background by a shell without job control (`cmd &` in a script, nohup)
+    inherits SIGINT ignored, and Python then never raises it; the CLI sets its own handler."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
 
 
 @pytest.fixture

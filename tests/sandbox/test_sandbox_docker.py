@@ -264,8 +264,8 @@ def test_writing_outside_out_and_into_the_protected_file_fails_inside_only(runne
 
 # -- leftovers, interrupts, unavailability ---------------------------------------------------
 
-def test_ctrl_c_removes_the_container_and_reraises(runner, make_spec):
-    spec = make_spec("import time; time.sleep(600)", budget_s=600)
+def test_ctrl_c_removes_the_container_and_reraises(runner, make_spec, ctrl_c_raises):
+    spec = make_spec("import time; time.sleep(600)", budget_s=60)    # a missed Ctrl-C ends at 60 s
     timer = threading.Timer(2.0, lambda: os.kill(os.getpid(), signal.SIGINT))
     timer.start()
     with pytest.raises(KeyboardInterrupt) as caught:

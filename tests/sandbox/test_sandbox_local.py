@@ -215,7 +215,7 @@ def test_invalid_utf8_reaches_callback_and_log_leniently(runner, hostile_spec):
 
 # -- interruption ----------------------------------------------------------------------------
 
-def test_keyboard_interrupt_kills_tree_and_reraises_with_result(runner, hostile_spec):
+def test_keyboard_interrupt_kills_tree_and_reraises_with_result(runner, hostile_spec, ctrl_c_raises):
     timers: list[threading.Timer] = []
 
     def interrupt_once_running(line: str) -> None:  # a real SIGINT, as Ctrl-C would send
