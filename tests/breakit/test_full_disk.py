@@ -35,13 +35,13 @@ def small_disk(tmp_path):
 
 
 def fill(disk, name="ballast"):
-    """Write zeros until the disk is full; returns the file."""
+    """Write zeros until the disk is full; returns the file. Unbuffered: a buffered file
+    keeps what a short write left over and raises ENOSPC again as it closes."""
     path = disk / name
-    with open(path, "wb") as handle:
+    with open(path, "wb", buffering=0) as handle:
         try:
             while True:
                 handle.write(b"\0" * (1 << 16))
-                handle.flush()
         except OSError:
             pass
     return path
