@@ -12,8 +12,8 @@ from agent.record.events import Verdict
 from sandbox import Status
 from tests.cluster.test_ray import ray_env
 from tests.loop_helpers import loop_state, nightshift
-from tests.night.test_early_stop_night import (CALIBRATION, UNDER_TEST, night_repo,
-                                               ran_beside_its_partner)
+from tests.night.test_early_stop_night import (CALIBRATION, UNDER_TEST, clearly_worse_stopped,
+                                               night_repo)
 
 pytestmark = pytest.mark.ray
 
@@ -66,15 +66,9 @@ def test_a_night_on_the_cluster_stops_a_clearly_worse_candidate_at_a_checkpoint(
     state = loop_state(repo, "rs")
     named = {e.description: e for e in state.experiments.values()}
     stops = {stop.experiment: stop for stop in state.early_stops.values()}
-    under_test = [named[u["description"]] for u in UNDER_TEST[:2]]
-    # each clearly worse candidate is stopped, unless its first run went beside the
-    # incumbent's run on its seed (on two workers, the first candidate on a new seed does)
-    assert all(e.id in stops or ran_beside_its_partner(state, e) for e in under_test), \
-        [e.decision.reason for e in under_test]
-    stopped_ones = [e for e in under_test if e.id in stops]
-    assert stopped_ones, [e.decision.reason for e in under_test]
-    worse = stopped_ones[0]
-    assert worse.verdict == Verdict.DISCARD and all(e.verdict == Verdict.DISCARD for e in under_test)
+    # on two workers the first candidate on a new seed runs beside the incumbent's run on it
+    (worse, *_) = clearly_worse_stopped(state, [named[u["description"]] for u in UNDER_TEST[:2]])
+    assert worse.verdict == Verdict.DISCARD
     assert worse.decision.decision.rule == "early_stop" and stops[worse.id].reached < 1.0
     (stopped,) = [r for r in state.interrupted if r.run_id == stops[worse.id].run_id]
     # the curve came from the node while it ran; the task was cancelled there, or (on a busy

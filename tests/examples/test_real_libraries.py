@@ -76,7 +76,7 @@ def test_a_night_over_a_real_yaml_driven_script(tmp_path):
     baseline = [r for r in state.runs if r.commit == head and r.role.value == "reference"]
     # it trained: its progress lines were read (on busy cores a 3-s run may not leave epoch 0)
     # and its loss fell below a uniform guess over bytes (ln 256 = 5.55)
-    assert len(baseline) >= 2 and all(r.ok and r.metrics["epochs"] >= 0 for r in baseline)
+    assert len(baseline) >= 2 and all(r.ok and "epochs" in r.metrics for r in baseline)
     assert all(r.metrics["train_loss"] < 5.5 for r in baseline), [r.metrics for r in baseline]
     assert seeds_reach_the_metric(baseline) and all(r.metric < 5.6 for r in baseline)
     run_dir = repo / "results" / "y" / "runs" / baseline[0].run_id

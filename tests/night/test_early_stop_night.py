@@ -102,22 +102,29 @@ def ran_beside_its_partner(state, experiment) -> bool:
     return bool(partners) and min(r.ended for r in partners) > first.started
 
 
+def clearly_worse_stopped(state, experiments) -> list:
+    """Assert each of `experiments` (clearly worse) was stopped early, or else discarded after
+    running beside the incumbent's run on its seed, the one case where no stop can come (that
+    run's final value is not known before its end); at least one must be stopped. The stopped."""
+    stops = {stop.experiment for stop in state.early_stops.values()}
+    for experiment in experiments:
+        if experiment.id not in stops:
+            assert ran_beside_its_partner(state, experiment), \
+                f"{experiment.description} ran to the end: {experiment.decision.reason}"
+            assert experiment.verdict == Verdict.DISCARD
+    stopped = [e for e in experiments if e.id in stops]
+    assert stopped, [e.decision.reason for e in experiments]
+    return stopped
+
+
 def assert_early_stopping_held(state, killed: str | None = None):
     """What the night's ledger must show, whatever the number of workers (`killed`: the run a
     kill -9 ended before its end was recorded; the resume closed it as interrupted)."""
     named = by_description(state)
     stops = {stop.experiment: stop for stop in state.early_stops.values()}
-    clearly_worse = [named[name] for name in ("clearly worse", "clearly worse again")]
-    assert any(e.id in stops for e in clearly_worse), [e.decision.reason for e in clearly_worse]
-    for experiment in clearly_worse:
-        stop = stops.get(experiment.id)
-        if stop is None:
-            # the one case where no stop can come: its first run went side by side with the
-            # incumbent's run on its seed, whose final value was not known before its end
-            assert ran_beside_its_partner(state, experiment), \
-                f"{experiment.description} ran to the end: {experiment.decision.reason}"
-            assert experiment.verdict == Verdict.DISCARD
-            continue
+    clearly_worse = [named["clearly worse"], named["clearly worse again"]]
+    for experiment in clearly_worse_stopped(state, clearly_worse):
+        stop = stops[experiment.id]
         assert stop.checkpoint in (0.25, 0.5, 0.75) and stop.reached < 1.0 and stop.bound < 0
         assert stop.predicted < 0 and stop.interval[0] < stop.predicted < stop.interval[1]
         assert experiment.verdict == Verdict.DISCARD and experiment.decision.decision.rule == "early_stop"
