@@ -10,43 +10,46 @@ Two halves, one per side of the fence:
   ExportedProgram format) to `$NIGHTSHIFT_OUT/model.pt2`. A graph of tensor operations and
   its weights: evaluating it runs none of the candidate's Python.
 - `main()` is the evaluation step, run by the harness after training in a sandbox of its own
-  (its own process and deadline; it sees this file and prepare.py, the training step's out
-  folder read-only, and the data folder with the evaluation split; never train.py). It loads
-  the graph with pickle refused, audits it, probes it, scores it, and writes
-  `$NIGHTSHIFT_OUT/result.json`:
+  (its own process and deadline; it sees the protected files, the training step's out
+  folder read-only, and the data folder with the evaluation split; never train.py). The
+  artifact is hostile input: artifact.py validates it against a strict schema and loads a
+  canonical copy, guard.py refuses any code the load or the model would run; then it probes
+  the model, scores it, and writes `$NIGHTSHIFT_OUT/result.json`:
 
   val_bpb             bits per byte on the fixed windows of the split (`windows()`): the metric
   train_bpb           the same on a fixed sample of the training split, and
   generalization_gap  val_bpb - train_bpb: a model that has seen the evaluation bytes closes
                       this gap far more than any honest change can (the harness compares it
                       with the incumbent's; docs/integrity.md)
-  probes              {"artifact", "shape", "causality"}: each {"ok": bool, "detail": str}
+  probes              {"artifact", "shape", "causality", "memorization"}: each {"ok": bool,
+                      "detail": str}; a failure while scoring is "scoring", a refusal "guard"
   fingerprint         per-window bits per byte on 128 fixed windows: two seeds of one commit
                       give different models, so near-identical fingerprints mean the script
                       ignores its seed (the harness compares them with the incumbent's)
 
 A model that fails a probe gets no val_bpb; the harness gives the run the probe's verdict
-(bad_artifact, lookahead). The exit code is 0 whenever the evaluator could judge the model.
+(bad_artifact, lookahead, leak for memorization). The exit code is 0 whenever the evaluator
+could judge the model.
 """
 from __future__ import annotations
 
 import contextlib
 import json
 import math
-import operator
 import os
 # As in train.py: sleep, don't spin, between parallel regions (a spinning OpenMP thread whose
 # partner was preempted makes every op wait for it on a shared CPU; measured 11x slower).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-import pickle
 import sys
+import tempfile
 import time
-import zipfile
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
+from artifact import Rejected, canonical_copy, load
+from guard import Guard
 from prepare import EVAL_BYTES, load_split, prepare
 
 ARTIFACT = "model.pt2"
@@ -58,13 +61,19 @@ LOOKAHEAD_TOLERANCE = 1e-3       # nats: a causal model's prefix log-probs move 
 # Windows per call when the graph takes any batch size: on CPU small batches stay in cache
 # (2016 windows of 64 bytes: 0.91 s at 32, 1.00 s at 64, 1.28 s at 256, measured on 2 cores).
 SCORING_BATCH = {"cpu": 32}
-ALLOWED_HIGHER_ORDER = {"wrap_with_autocast", "wrap_with_set_grad_enabled", "cond", "while_loop",
-                        "map_impl", "invoke_subgraph"}
-DENIED_ATEN = {"from_file", "_print"}   # reads a file, writes the log: not part of a model
-
-
-class Rejected(Exception):
-    """The artifact cannot be evaluated; the message says why, for the run's reason."""
+# Memorization: the fixed windows scored again at fresh offsets (the same text, another cut).
+# For an honest model the fresh cut is as often better as worse (both are arbitrary places in
+# the text); one that has stored the fixed windows, or their answers keyed by their prefixes,
+# scores the fixed ones better on every window it stored, by far. Flagged when the differences
+# lean to "fresh is worse" so far that an honest model would do it with probability under
+# MEMORIZATION_P (Wilcoxon's signed-rank test: the windows whose two cuts differ most count
+# most, and no assumption is made on how far apart they score), and by MEMORIZATION_TOLERANCE
+# on average, each window's difference clipped so a few far off (a shift onto a repeated
+# line) do not decide it.
+MEMORIZATION_WINDOWS = 512
+MEMORIZATION_TOLERANCE = 0.05    # bits per byte
+MEMORIZATION_P = 1e-6
+MEMORIZATION_CLIP = 2.0          # bits per byte
 
 
 # ---------------------------------------------------------------- the training side
@@ -104,118 +113,25 @@ def save_model(model: torch.nn.Module, context_len: int, out_dir: str | os.PathL
     return out / ARTIFACT
 
 
-# ---------------------------------------------------------------- loading, refusing pickle
-
-@contextlib.contextmanager
-def no_pickle():
-    """While loading: torch.load only in weights_only mode, and no pickle at all elsewhere. The
-    export format can carry pickled tensors and constants, and unpickling runs code."""
-    def refuse(*_args, **_kwargs):
-        raise Rejected("it holds pickled data (unpickling runs code); save it with save_model")
-
-    saved = (pickle.loads, pickle.load, torch.load, getattr(torch._C, "_pickle_load_obj", None))
-    real_load = torch.load
-    pickle.loads = pickle.load = refuse
-    torch.load = lambda *args, **kwargs: real_load(*args, **{**kwargs, "weights_only": True})
-    if saved[3] is not None:
-        torch._C._pickle_load_obj = refuse
-    try:
-        yield
-    finally:
-        pickle.loads, pickle.load, torch.load = saved[:3]
-        if saved[3] is not None:
-            torch._C._pickle_load_obj = saved[3]
-
-
-def load_model(path: Path):
-    """The exported program at `path`, audited, or Rejected saying why not."""
-    if not path.is_file():
-        raise Rejected(f"no model at {path.name}: train.py must end with save_model(model, ...) "
-                       f"(train/evaluate.py), which writes $NIGHTSHIFT_OUT/{ARTIFACT}")
-    if not zipfile.is_zipfile(path):
-        raise Rejected(f"{path.name} is not an exported program (not a zip archive)")
-    _refuse_pickled_entries(path)
-    try:
-        with no_pickle():
-            program = torch.export.load(str(path))
-    except Rejected:
-        raise
-    except Exception as error:
-        raise Rejected(f"{path.name} cannot be loaded: {type(error).__name__}: {_short(error)}") from None
-    audit(program)
-    return program
-
-
-def _refuse_pickled_entries(path: Path) -> None:
-    """Name the reason before loading: an archive whose weights or constants are pickled."""
-    with zipfile.ZipFile(path) as archive:
-        for name in archive.namelist():
-            if not name.endswith("_config.json"):
-                continue
-            try:
-                config = json.loads(archive.read(name)).get("config", {})
-            except (ValueError, AttributeError):
-                raise Rejected(f"{path.name}: {name} is not a valid payload config") from None
-            pickled = [key for key, meta in config.items() if isinstance(meta, dict) and meta.get("use_pickle")]
-            if pickled:
-                raise Rejected(f"{path.name} holds pickled tensors ({', '.join(pickled[:3])}): unpickling "
-                               f"runs code, so it is not loaded; save the model with save_model")
-
-
-def audit(program) -> None:
-    """Only tensor arithmetic: no file access, no printing, no randomness, no state kept
-    between calls (a model that remembers its inputs could tell a probe from a score)."""
-    signature = program.graph_signature
-    if signature.buffers_to_mutate or getattr(signature, "user_inputs_to_mutate", None):
-        raise Rejected("the graph changes its own buffers or inputs when called (a stateful model)")
-    for module in program.graph_module.modules():
-        if not isinstance(module, torch.fx.GraphModule):
-            continue
-        for node in module.graph.nodes:
-            if node.op in ("call_module", "call_method"):
-                raise Rejected(f"the graph calls Python ({node.op} {node.target}), not only operators")
-            if node.op == "call_function" and not _allowed(node):
-                raise Rejected(f"the graph uses {node.target}, which is not model arithmetic "
-                               f"(file access, printing, randomness or a custom operator)")
-
-
-def _allowed(node: torch.fx.Node) -> bool:
-    target = node.target
-    if isinstance(target, torch._ops.OpOverload):
-        namespace, name = target.namespace, target._schema.name.split("::")[-1]
-        if namespace not in ("aten", "prims") or name in DENIED_ATEN:
-            return False
-        return torch.Tag.nondeterministic_seeded not in target.tags or _no_randomness(node)
-    if isinstance(target, torch._ops.HigherOrderOperator):
-        return target.name() in ALLOWED_HIGHER_ORDER
-    return getattr(target, "__module__", None) in ("_operator", "operator", "math") or target in (
-        operator.getitem, math.floor, math.ceil)
-
-
-def _no_randomness(node: torch.fx.Node) -> bool:
-    """An op that can draw random numbers but does not here: attention or dropout with
-    probability 0, or dropout outside training."""
-    arguments = node.target._schema.arguments
-    given = {a.name: a.default_value for a in arguments if a.has_default_value()}
-    given |= dict(zip((a.name for a in arguments), node.args)) | dict(node.kwargs)
-    if given.get("train") is False:
-        return True
-    probability = given.get("dropout_p", given.get("p"))
-    return isinstance(probability, (int, float)) and probability == 0 and (
-        "dropout_p" in given or "p" in given)
-
-
 # ---------------------------------------------------------------- scoring
 
-def windows(data: torch.Tensor, context_len: int, budget: int = EVAL_BYTES) -> torch.Tensor:
-    """The fixed evaluation set: n = min(budget, len) // (context_len + 1) non-overlapping
-    windows of context_len + 1 bytes, evenly spaced over the whole split (first at the start,
-    last at the end). Every target position of every window is scored."""
+def window_starts(length: int, context_len: int, budget: int = EVAL_BYTES) -> torch.Tensor:
+    """Where the fixed evaluation windows start: n = min(budget, length) // (context_len + 1)
+    of them, evenly spaced over the whole split (first at the start, last at the end)."""
     span = context_len + 1
-    n = min(budget, len(data)) // span
+    n = min(budget, length) // span
     if n == 0:
-        raise ValueError(f"the split has {len(data)} bytes, fewer than context_len+1={span}")
-    starts = torch.arange(n) * (len(data) - span) // max(n - 1, 1)
+        raise ValueError(f"the split has {length} bytes, fewer than context_len+1={span}")
+    return torch.arange(n) * (length - span) // max(n - 1, 1)
+
+
+def windows(data: torch.Tensor, context_len: int, budget: int = EVAL_BYTES) -> torch.Tensor:
+    """The fixed evaluation set: the windows of context_len + 1 bytes at `window_starts`,
+    non-overlapping. Every target position of every window is scored."""
+    return _cut(data, window_starts(len(data), context_len, budget), context_len + 1)
+
+
+def _cut(data: torch.Tensor, starts: torch.Tensor, span: int) -> torch.Tensor:
     return data[starts[:, None] + torch.arange(span)].long()
 
 
@@ -298,30 +214,98 @@ def causality(scorer: Scorer, val: torch.Tensor, seed: int) -> dict:
     return {"ok": True, "detail": detail}
 
 
+def load_model(path: Path):
+    """The artifact at `path`, validated, copied and loaded under the guard, or Rejected (by
+    hand and in tests; `evaluate` keeps the guard armed while it scores too)."""
+    with tempfile.TemporaryDirectory(prefix="nightshift-eval-") as work:
+        copy = canonical_copy(Path(path), Path(work) / "canonical.pt2")
+        with Guard(readable=[Path(work)]):
+            return load(copy)
+
+
+def memorization(scorer: Scorer, data: torch.Tensor, per_window: torch.Tensor, seed: int) -> dict:
+    """Some of the fixed windows again, each moved by a fresh random offset (1 to context_len
+    bytes): mostly the same text, cut elsewhere. An honest model scores them like the fixed
+    ones; a model fitted to the fixed windows (a lookup of their answers, keyed by their
+    prefixes) scores the fixed ones far better. The offsets are fresh each evaluation, so the
+    model cannot know them. Paired per window, so the check needs no incumbent."""
+    span = scorer.context_len + 1
+    starts = window_starts(len(data), scorer.context_len)
+    rng = torch.Generator().manual_seed(seed ^ 0x5EED)
+    count = min(MEMORIZATION_WINDOWS, len(starts))
+    picked = torch.randperm(len(starts), generator=rng)[:count]
+    shift = torch.randint(1, span, (count,), generator=rng)
+    moved = starts[picked] + shift
+    moved = torch.where(moved + span <= len(data), moved, (starts[picked] - shift).clamp(min=0))
+    _, fresh = scorer.bits_per_byte(_cut(data, moved, span))
+    difference = (fresh - per_window[picked]).clamp(-MEMORIZATION_CLIP, MEMORIZATION_CLIP)
+    worse, better = int((difference > 0).sum()), int((difference < 0).sum())
+    mean, chance = float(difference.mean()), signed_rank_test(difference)
+    detail = (f"{count} of the windows moved by a fresh offset: worse on {worse}, better on {better}, "
+              f"{mean:+.3f} bits per byte on average (each clipped to ±{MEMORIZATION_CLIP:g}); "
+              f"an honest model leans that far with probability {chance:.1g}")
+    if mean > MEMORIZATION_TOLERANCE and chance < MEMORIZATION_P:
+        return {"ok": False, "detail": f"{detail}: the model knows the fixed evaluation windows, not the "
+                f"text (flagged past {MEMORIZATION_TOLERANCE} bits per byte and probability {MEMORIZATION_P:g})"}
+    return {"ok": True, "detail": detail}
+
+
+def signed_rank_test(difference: torch.Tensor) -> float:
+    """One-sided p-value of Wilcoxon's signed-rank test that `difference` leans positive, by the
+    normal approximation (hundreds of windows); zeros dropped, ties ranked by their average."""
+    d = difference[difference != 0].double()
+    n = len(d)
+    if n == 0:
+        return 1.0
+    magnitude = d.abs()
+    order = magnitude.argsort()
+    ranks = torch.empty(n, dtype=torch.float64)
+    ranks[order] = torch.arange(1, n + 1, dtype=torch.float64)
+    for value in magnitude[order][:-1][magnitude[order].diff() == 0].unique():   # ties: average rank
+        tied = magnitude == value
+        ranks[tied] = ranks[tied].mean()
+    positive = float(ranks[d > 0].sum())
+    z = (positive - n * (n + 1) / 4) / math.sqrt(n * (n + 1) * (2 * n + 1) / 24)
+    return 0.5 * math.erfc(z / math.sqrt(2))
+
+
 def evaluate(artifact: Path, data_dir: Path, split: str, seed: int) -> dict:
-    """The evaluation's result.json (probes, and the figures when every probe passed)."""
+    """The evaluation's result.json (probes, and the figures when every probe passed).
+
+    The splits are read before the guard is armed; from the canonical copy's load to the last
+    score, guard.Guard refuses any code the artifact would bring. A refusal is the probe
+    "guard"; a model that fails once its shape has passed fails "scoring", so a probe that
+    passed is never recorded as failed."""
     t0 = time.time()
     probes: dict[str, dict] = {}
     result = {"split": split, "probes": probes, "probe_seed": seed}
+    held_out, train = load_split(data_dir, split), load_split(data_dir, "train")
+    stage = "artifact"
     try:
-        program = load_model(artifact)
-        scorer = Scorer(program)
-        probes["artifact"] = {"ok": True, "detail": f"{artifact.name}: an exported graph taking "
-                              f"(B, {scorer.context_len}) bytes, audited: operators only"}
-        val = windows(load_split(data_dir, split), scorer.context_len)
-        sample = scorer.logits(val[:2, :-1])
-        if not torch.isfinite(sample).all():
-            raise Rejected("the model's logits are not finite")
-        probes["shape"] = {"ok": True, "detail": f"logits (B, {scorer.context_len}, {VOCAB}), finite"}
-        probes["causality"] = causality(scorer, val, seed)
-        if not probes["causality"]["ok"]:
-            return result
-        val_bpb, per_window = scorer.bits_per_byte(val)
-        train_bpb, _ = scorer.bits_per_byte(windows(load_split(data_dir, "train"), scorer.context_len,
-                                                    TRAIN_SAMPLE_BYTES))
+        with tempfile.TemporaryDirectory(prefix="nightshift-eval-") as work:
+            copy = canonical_copy(artifact, Path(work) / "canonical.pt2")
+            with Guard(readable=[Path(work)]) as guard:
+                program = load(copy)
+                scorer = Scorer(program)
+                probes["artifact"] = {"ok": True, "detail": f"{artifact.name}: an exported graph taking "
+                                      f"(B, {scorer.context_len}) bytes, validated, audited: operators only"}
+                stage = "shape"
+                val = windows(held_out, scorer.context_len)
+                if not torch.isfinite(scorer.logits(val[:2, :-1])).all():
+                    raise Rejected("the model's logits are not finite")
+                probes["shape"] = {"ok": True, "detail": f"logits (B, {scorer.context_len}, {VOCAB}), finite"}
+                stage = "scoring"
+                probes["causality"] = causality(scorer, val, seed)
+                if not probes["causality"]["ok"]:
+                    return result
+                val_bpb, per_window = scorer.bits_per_byte(val)
+                probes["memorization"] = memorization(scorer, held_out, per_window, seed)
+                if not probes["memorization"]["ok"]:
+                    return result
+                train_bpb, _ = scorer.bits_per_byte(windows(train, scorer.context_len, TRAIN_SAMPLE_BYTES))
     except Rejected as rejected:
-        failed = "artifact" if "artifact" not in probes else "shape"
-        probes[failed] = {"ok": False, "detail": str(rejected)}
+        refused = guard.refusals if "guard" in locals() else []
+        probes["guard" if refused else stage] = {"ok": False, "detail": str(rejected)}
         return result
     picks = torch.linspace(0, len(per_window) - 1, min(FINGERPRINT_WINDOWS, len(per_window))).long()
     result.update(val_bpb=val_bpb, train_bpb=train_bpb, generalization_gap=val_bpb - train_bpb,

@@ -42,6 +42,9 @@ IGNORES_SEED_BAND = 3.0
 # incumbent's before the evaluation bytes are taken to have been seen in training.
 LEAK_MIN_GAP_DROP = 0.15
 LEAK_SD = 6.0
+# A failed probe of the evaluator's result, by name; every other failure (artifact, shape,
+# scoring, guard) is a bad artifact.
+PROBE_VERDICTS = {"causality": Status.LOOKAHEAD, "memorization": Status.LEAK}
 
 
 @dataclass(frozen=True)
@@ -114,8 +117,8 @@ def judge_run(evidence: RunEvidence) -> RunJudgement:
         return verdict(Status.LEAK, f"the evaluation opened the hidden {' and '.join(evaluation.hidden_read)} split")
     failed = next((p for p in probes if not p.ok), None)
     if failed is not None:
-        status = Status.LOOKAHEAD if failed.name == "causality" else Status.BAD_ARTIFACT
-        what = "causality probe" if status == Status.LOOKAHEAD else f"{failed.name} check"
+        status = PROBE_VERDICTS.get(failed.name, Status.BAD_ARTIFACT)
+        what = f"{failed.name} probe" if failed.name in PROBE_VERDICTS else f"{failed.name} check"
         return verdict(status, f"the evaluator's {what} failed: {failed.detail}")
     if evaluation.status != Status.OK:
         if evaluation.status in (Status.NO_METRIC, Status.BAD_METRIC):

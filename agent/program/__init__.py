@@ -57,7 +57,7 @@ class Program:
     root: Path                    # git toplevel containing program.md, else its folder
     prose: str                    # everything after the front matter: the researcher's brief
     target: str = "train/train.py"
-    protected: tuple[str, ...] = ("train/prepare.py", "train/evaluate.py")
+    protected: tuple[str, ...] = ("train/prepare.py", "train/evaluate.py", "train/artifact.py", "train/guard.py")
     command: str = "python train/train.py"   # may use {seed} {budget_s} {out} {data} {split}
     # The evaluation step (docs/integrity.md): run after training, over the protected files
     # only, it computes the metric from what training left in {train_out}. None: the metric
@@ -221,6 +221,7 @@ _early_stop = v.record(EarlyStopSettings, _RECORDS["early_stop"])
 
 EDITS = ("auto", "free", "knobs")
 BUNDLED_COMMAND, BUNDLED_EVALUATE = "python train/train.py", "python train/evaluate.py"
+BUNDLED_EVALUATOR_FILES = ("train/prepare.py", "train/evaluate.py", "train/artifact.py", "train/guard.py")
 CONFIG_SUFFIXES = (".yaml", ".yml", ".json", ".toml", ".ini", ".cfg")
 
 # The validation table: YAML key -> (Program attribute, parser).
@@ -316,6 +317,12 @@ def _build(path: Path, root: Path, prose: str, raw: dict[str, Any], lines: dict[
         raise ProgramError(f"{where.get(blamed, name)}: field {blamed!r}: "
                            f"the target {program.target!r} is also protected; the researcher must be "
                            f"able to edit it, so remove it from protected or choose another target")
+    missing = [f for f in BUNDLED_EVALUATOR_FILES if program.evaluate == BUNDLED_EVALUATE
+               and f not in program.protected]
+    if missing:
+        raise ProgramError(f"{where.get('protected', name)}: field 'protected': the bundled evaluator "
+                           f"({BUNDLED_EVALUATE}) runs from the protected files alone and needs "
+                           f"{', '.join(missing)}; add them: protected: [{', '.join(Program.protected)}]")
     _check_slurm(program, where, lambda dotted: f"{name}:{line_of(lines, dotted)}")
     _check_knobs(program, lambda dotted: f"{name}:{lines.get(dotted, lines.get(dotted.split('.')[0], '?'))}")
     return program

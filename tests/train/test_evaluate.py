@@ -15,6 +15,7 @@ import torch
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "train"))
+import artifact  # noqa: E402
 import evaluate  # noqa: E402
 import prepare  # noqa: E402
 from tests.train.test_prepare import make_corpus  # noqa: E402
@@ -91,7 +92,7 @@ def test_an_honest_model_passes_every_probe_and_is_scored_like_eager(tmp_path, d
     model = Causal()
     result = evaluated(model, tmp_path, data_dir)
     assert all(probe["ok"] for probe in result["probes"].values()), result["probes"]
-    assert set(result["probes"]) == {"artifact", "shape", "causality"}
+    assert set(result["probes"]) == {"artifact", "shape", "causality", "memorization"}
     windows = evaluate.windows(prepare.load_split(data_dir, "val"), T)
     with torch.no_grad():
         logits = model(windows[:, :-1])
@@ -175,7 +176,7 @@ def test_an_artifact_carrying_a_pickle_is_refused_before_it_runs(tmp_path, data_
     assert "pickled" in result["probes"]["artifact"]["detail"]
     assert not marker.exists()
     # even without the check by name, loading runs no pickle: the guard is the second fence
-    with pytest.raises(Exception), evaluate.no_pickle():   # torch.export.load wraps the refusal
+    with pytest.raises(Exception), artifact.no_pickle():   # torch.export.load wraps the refusal
         torch.export.load(str(tmp_path / "final.pt2"))
     assert not marker.exists()
 
@@ -190,3 +191,73 @@ def test_the_evaluation_step_by_hand_writes_result_json(tmp_path, data_dir):
     result = json.loads((tmp_path / "eval" / "result.json").read_text())
     assert result["val_bpb"] > 0 and "probe causality: ok" in done.stdout
     assert "---" in done.stdout and "val_bpb:" in done.stdout
+
+
+class Memorizer(Causal):
+    """The attack on a fixed evaluation set: a lookup of the evaluation windows' answers, keyed
+    by each window's first KEY bytes, around an honest model. Tensor operators only, causal
+    (a position's answer depends on the key, which lies before it), deterministic."""
+
+    KEY = 8
+
+    def __init__(self, windows: torch.Tensor, share: float = 1.0) -> None:
+        super().__init__()
+        known = windows[: max(1, int(len(windows) * share))]
+        self.register_buffer("keys", known[:, : self.KEY].clone())
+        self.register_buffer("answers", known[:, 1:].clone())   # position t's next byte
+
+    def forward(self, idx):
+        logits = super().forward(idx)
+        hit = (idx[:, None, : self.KEY] == self.keys[None]).all(-1)          # (B, n)
+        row = hit.float().argmax(-1)
+        known = torch.nn.functional.one_hot(self.answers[row], 256).float() * 30.0
+        after_key = (torch.arange(idx.shape[1]) >= self.KEY - 1)[None, :, None]
+        return logits + known * (hit.any(-1)[:, None, None] & after_key)
+
+
+@pytest.fixture(scope="module")
+def real_text(tmp_path_factory) -> Path:
+    """Data from real Python source (the synthetic corpus repeats one line shape, so a lookup
+    keyed by 8 bytes would fit all of it): 120 files of the standard library."""
+    import sysconfig
+    root = tmp_path_factory.mktemp("real")
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    for source in sorted((stdlib / "email").rglob("*.py"))[:60] + sorted((stdlib / "json").glob("*.py")) \
+            + sorted(stdlib.glob("[a-c]*.py"))[:55]:
+        target = root / "corpus" / source.relative_to(stdlib)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(source.read_bytes())
+    return prepare.prepare(root / "corpus", root / "data")
+
+
+@pytest.mark.parametrize("share", [1.0, 0.3])
+def test_a_model_fitted_to_the_fixed_windows_fails_the_memorization_probe(tmp_path, real_text, share):
+    """Every window memorized, or 30 % of them: far better on the fixed windows than on the
+    same text cut elsewhere. Flagged with no incumbent to compare with, and no score kept."""
+    val = evaluate.windows(prepare.load_split(real_text, "val"), T)
+    result = evaluated(Memorizer(val, share), tmp_path, real_text)
+    assert result["probes"]["causality"]["ok"], result["probes"]   # a lookup keyed by the past is causal
+    assert result["probes"]["memorization"]["ok"] is False, result["probes"]["memorization"]
+    assert "knows the fixed evaluation windows" in result["probes"]["memorization"]["detail"]
+    assert "val_bpb" not in result
+
+
+def test_a_model_that_fails_once_its_shape_passed_fails_scoring_and_keeps_its_passed_probes(tmp_path, data_dir):
+    """Exported for at most 2 windows a call: the shape check (2 windows) passes, the causality
+    probe's larger batch fails. The failure is `scoring`; `shape` stays passed."""
+    batch = torch.export.Dim("batch", min=1, max=2)
+    with torch.no_grad():
+        program = torch.export.export(Causal().eval(), (torch.zeros(2, T, dtype=torch.long),),
+                                      dynamic_shapes=({0: batch},))
+    out = tmp_path / "train_out"
+    out.mkdir()
+    torch.export.save(program, out / evaluate.ARTIFACT)
+    result = evaluate.evaluate(out / evaluate.ARTIFACT, data_dir, "val", seed=7)
+    assert result["probes"]["shape"]["ok"] is True
+    assert result["probes"]["scoring"]["ok"] is False
+    assert "calling the model failed" in result["probes"]["scoring"]["detail"]
+
+
+def test_an_honest_model_on_real_text_passes_the_memorization_probe(tmp_path, real_text):
+    result = evaluated(Causal(), tmp_path, real_text)
+    assert result["probes"]["memorization"]["ok"], result["probes"]["memorization"]
