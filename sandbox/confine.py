@@ -14,18 +14,19 @@ set in the child only, in its own process group. With `--pdeathsig`, it and the 
 get SIGKILL when their parent dies, so a killed harness leaves nothing running even where
 no PID namespace is available.
 
-With `--hide DIR`, DIR (the harness's results folder: other runs' models and outputs) is
-covered by an empty tmpfs first, and each `--expose PATH` under it (this run's own folder,
-its snapshot) is bound back at its place, so the run sees only its own part of DIR.
+With `--hide DIR`, DIR (the harness's results folder: other runs' models and outputs; the
+data root: earlier preparations of the held-out bytes) is covered by an empty tmpfs first,
+and each `--expose PATH` after it (this run's own folder, its snapshot, its data) is bound
+back at its place, so the run sees only its own part of DIR. `--hide` may be given again.
 
 With `--read-only-root`, every mount is remounted read-only except the `--writable`
 folders (bind-mounted onto themselves first) and a fresh private tmpfs on /dev/shm, so
 the run can write only its out folder, home and tmp. With `--overlay DIR UPPER WORK`, DIR
 (the snapshot) is first covered by an overlayfs whose writes land in UPPER, and all its
 folders are made writable in that view (tracked files keep their modes); each
-`--bind-ro SRC DEST` then mounts SRC read-only at DEST inside it. Each `--cover FILE TARGET`
-binds the file FILE over the existing file TARGET, read-only: a tripwire over a data split
-the run must not read (sandbox.tripwire). `--chdir` enters the
+`--bind-ro SRC DEST` then mounts SRC read-only at DEST inside it. Each `--cover WIRE TARGET`
+binds WIRE over the existing TARGET (a file over a file, a folder over a folder), read-only:
+a tripwire over what the run must not read (sandbox.tripwire). `--chdir` enters the
 working directory after the mounts, so the command sees the overlay. With `--setpriv`,
 the command runs with no capabilities and no_new_privs, so even as root it cannot remount
 or undo this.
@@ -92,11 +93,11 @@ def hide(libc: ctypes.CDLL, folder: str, expose: list[str]) -> None:
 def make_read_only(writable: list[str], overlay: tuple[str, str, str] | None = None,
                    binds: list[tuple[str, str]] | None = None,
                    covers: list[tuple[str, str]] | None = None,
-                   hidden: tuple[str, list[str]] | None = None) -> None:
+                   hidden: list[tuple[str, list[str]]] = ()) -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     _mount(libc, None, "/", None, MS_REC | MS_PRIVATE)  # nothing we do leaks to the host
-    if hidden:
-        hide(libc, *hidden)
+    for folder, expose in hidden:
+        hide(libc, folder, expose)
     for folder in writable:
         _mount(libc, folder, folder, None, MS_BIND | MS_REC)
     keep_writable = {os.path.realpath(folder) for folder in writable}
@@ -111,7 +112,7 @@ def make_read_only(writable: list[str], overlay: tuple[str, str, str] | None = N
         os.makedirs(dest, exist_ok=True)
         _mount(libc, source, dest, None, MS_BIND | MS_REC)   # read-only in the loop below
     for wire, target in covers or []:
-        _mount(libc, wire, target, None, MS_BIND)             # a file over a file; read-only below
+        _mount(libc, wire, target, None, MS_BIND)   # a file over a file, a folder over a folder; read-only below
     # /proc is this namespace's own and CUDA fails (error 304) when it is read-only, so
     # only its host-wide knobs become read-only, as Docker does: uid 0 without
     # capabilities may still write /proc/sys files it owns.
@@ -149,7 +150,7 @@ def main(argv: list[str]) -> int:
     overlay: tuple[str, str, str] | None = None
     binds: list[tuple[str, str]] = []
     covers: list[tuple[str, str]] = []
-    hidden_dir, expose = "", []
+    hides: list[tuple[str, list[str]]] = []
     chdir = ""
     cpus: set[int] = set()
     pdeathsig = False
@@ -171,9 +172,11 @@ def main(argv: list[str]) -> int:
         elif flag == "--bind-ro":
             binds.append((argv.pop(0), argv.pop(0)))
         elif flag == "--hide":
-            hidden_dir = argv.pop(0)
+            hides.append((argv.pop(0), []))
         elif flag == "--expose":
-            expose.append(argv.pop(0))
+            if not hides:
+                raise SystemExit("confine.py: --expose needs a --hide before it")
+            hides[-1][1].append(argv.pop(0))
         elif flag == "--cover":
             covers.append((argv.pop(0), argv.pop(0)))
         elif flag == "--chdir":
@@ -194,8 +197,8 @@ def main(argv: list[str]) -> int:
         with open(procs, "w") as fh:
             fh.write(str(os.getpid()))
     if read_only_root:
-        make_read_only(writable, overlay, binds, covers, (hidden_dir, expose) if hidden_dir else None)
-    elif overlay or binds or covers or hidden_dir:
+        make_read_only(writable, overlay, binds, covers, hides)
+    elif overlay or binds or covers or hides:
         raise SystemExit("confine.py: --overlay, --bind-ro, --cover and --hide need --read-only-root")
     if chdir:
         os.chdir(chdir)

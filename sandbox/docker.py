@@ -26,6 +26,7 @@ plus the harness's host and pid, so a later runner removes what a killed harness
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import socket
@@ -35,9 +36,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from sandbox import workdir
+from sandbox import held_out, workdir
+from sandbox.held_out import Cover
 from sandbox.image import DEFAULT_TAG, SANDBOX_UID, ImageError, image_mode, python_prefixes, runtime_mounts
-from sandbox.tripwire import open_tripwires
+from sandbox.tripwire import Laid, open_tripwires
 from sandbox.outcome import CappedLog, classify, utc_now
 from sandbox.protocol import OnOutput, Runner, RunResult, RunSpec, SandboxUnavailable
 
@@ -111,6 +113,7 @@ class DockerRunner(Runner):
         self.container_margin_s = container_margin_s
         self._client = client
         self._swept = False
+        self._layouts: dict[tuple, dict] = {}   # (image id, units) -> its standard library's layout
 
     # -- setup ---------------------------------------------------------------------------
 
@@ -173,10 +176,12 @@ class DockerRunner(Runner):
         elif spec.mounts:
             raise ValueError("RunSpec.mounts need writable_workdir (harness bug)")
         python = spec.python if mode == "host" else None   # a self-contained image has its own
-        # Hidden splits: a watched empty file bound over each (only the mounts are visible in
-        # a container, so other runs' folders need no hiding here).
-        wires, hidden_enforced = open_tripwires(run_dir, spec.data_dir, spec.hidden, None)
-        covers = [(wire, rel) for wire, _, rel in wires.covers] if wires else []
+        # Hidden splits and the held-out bytes' sources: a watched stand-in bound over each
+        # (only the mounts are visible in a container, so other runs' folders and other data
+        # folders need no hiding here).
+        wires, hidden_enforced = open_tripwires(run_dir, spec.data_dir, spec.hidden, None,
+                                                self._held_out_covers(spec, image, mode, host_mounts))
+        laid = wires.laid if wires else []
         log = CappedLog(run_dir / "log.txt", spec.log_cap_bytes, on_output)
         started_at, t0 = utc_now(), time.monotonic()
         container, reader, timed_out, peak, state, interrupted = None, None, False, None, {}, None
@@ -188,7 +193,7 @@ class DockerRunner(Runner):
                 name=f"nightshift-{run_label}",
                 labels={LABEL_RUN: run_label, LABEL_HOST: socket.gethostname(), LABEL_PID: str(os.getpid())},
                 user=user, environment=self._env(spec, mode), working_dir=SNAPSHOT,
-                mounts=self._mounts(spec, host_mounts, work, covers), **self._host_config(spec))
+                mounts=self._mounts(spec, host_mounts, work, laid), **self._host_config(spec))
             stream = client.api.attach(container.id, stdout=True, stderr=True, stream=True, logs=False)
             reader = threading.Thread(target=_pump, args=(stream, log), daemon=True,
                                       name=f"nightshift-log-{run_label}")
@@ -304,9 +309,30 @@ class DockerRunner(Runner):
             env["PATH"] = ":".join(bins + ["/usr/local/bin", "/usr/bin", "/bin"])
         return env
 
+    def _held_out_covers(self, spec: RunSpec, image: Any, mode: str, host_mounts: list) -> list[Cover]:
+        """Where the held-out bytes lie inside the container: in a host-mode image, this
+        machine's copies under what it mounts (at the same paths); in a self-contained one,
+        the held-out units of the image's own standard library, listed once per image by
+        sandbox/held_out.py run inside it."""
+        units, paths = list(spec.held_out.units), list(spec.held_out.paths)
+        if not units and not paths:
+            return []
+        if mode == "host":
+            seen = [m.target for m in host_mounts]
+            return [c for c in held_out.covers(units, paths)
+                    if any(c.target == t or c.target.startswith(t.rstrip("/") + "/") for t in seen)]
+        key = (image.id, tuple(units))
+        if key not in self._layouts:
+            script = Path(held_out.__file__).read_text()
+            output = self.client().containers.run(
+                image.id, ["python3", "-c", script, json.dumps(units)], remove=True,
+                network_mode="none", user=str(SANDBOX_UID), read_only=True, cap_drop=["ALL"])
+            self._layouts[key] = json.loads(output)
+        return held_out.covers(units, [], self._layouts[key])
+
     @staticmethod
     def _mounts(spec: RunSpec, host_mounts: list, work: Path | None = None,
-                covers: list[tuple[Path, str]] = ()) -> list:
+                laid: list[Laid] = ()) -> list:
         from docker.types import Mount
 
         mounts = [Mount(SNAPSHOT, str(work or spec.snapshot_dir), type="bind", read_only=work is None),
@@ -315,8 +341,8 @@ class DockerRunner(Runner):
         mounts += [Mount(f"{SNAPSHOT}/{m.path}", str(Path(m.source).resolve()), type="bind", read_only=True)
                    for m in spec.mounts]
         mounts += [Mount(m.target, m.source, type="bind", read_only=True) for m in host_mounts]
-        mounts += [Mount(f"{DATA}/{rel}", str(Path(wire).resolve()), type="bind", read_only=True)
-                   for wire, rel in covers]
+        mounts += [Mount(f"{DATA}/{item.data_path}" if item.data_path is not None else str(item.target),
+                         str(Path(item.wire).resolve()), type="bind", read_only=True) for item in laid]
         if spec.train_out_dir is not None:
             mounts.append(Mount(TRAIN_OUT, str(Path(spec.train_out_dir).resolve()), type="bind", read_only=True))
         return mounts

@@ -42,7 +42,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from sandbox import workdir
+from sandbox import held_out, workdir
 from sandbox.isolation import CONFINE_SCRIPT, Isolation, RunCgroup, detect
 from sandbox.outcome import CappedLog, classify, utc_now
 from sandbox.protocol import OnOutput, Runner, RunResult, RunSpec, SandboxUnavailable
@@ -99,8 +99,9 @@ class LocalRunner(Runner):
         writable = (spec.out_dir, home, tmp) + ((cwd,) if mode == "copy" else ())
         wires, hidden_enforced = open_tripwires(
             run_dir, spec.data_dir, spec.hidden,
-            None if iso.read_only_root and iso.unshare_argv(False) else "no mount namespace here")
-        covers = [(wire, target) for wire, target, _ in wires.covers] if wires else []
+            None if iso.read_only_root and iso.unshare_argv(False) else "no mount namespace here",
+            held_out.covers(list(spec.held_out.units), list(spec.held_out.paths)))
+        covers = [(laid.wire, laid.target) for laid in wires.laid] if wires else []
         argv = self._argv(iso, spec, cgroup, memory_by, writable, cwd, layers, covers)
         env = scrubbed_env(spec, home, tmp, run_id)
         started_at, t0 = utc_now(), time.monotonic()
@@ -210,7 +211,7 @@ class LocalRunner(Runner):
                 confine += ["--bind-ro", str(Path(mount.source).resolve()), str(where / mount.path)]
             for wire, target in covers:
                 confine += ["--cover", str(Path(wire).resolve()), str(Path(target).resolve())]
-            for path in _private_hide(spec, cwd):
+            for path in _private_hide(spec, cwd) + _data_siblings_hide(spec):
                 confine += path
             confine += ["--chdir", str(where)]
         if argv and iso.setpriv:
@@ -237,6 +238,19 @@ def _private_hide(spec: RunSpec, cwd: Path) -> list[list[str]]:
     if any(Path(p).resolve() == root for p in needed if p is not None):
         return []   # the run needs the whole folder: nothing to hide
     return [["--hide", str(root)], *(["--expose", path] for path in inside)]
+
+
+def _data_siblings_hide(spec: RunSpec) -> list[list[str]]:
+    """`--hide` of the data folder's parent but for the data folder itself, where the data says
+    its neighbours are earlier preparations of the same text (the bundled data root)."""
+    if not spec.held_out.siblings:
+        return []
+    data = Path(spec.data_dir).resolve()
+    needed = [spec.out_dir, spec.snapshot_dir, spec.train_out_dir, spec.private_root, *(m.source for m in spec.mounts)]
+    if any(Path(p).resolve().is_relative_to(data.parent) and not Path(p).resolve().is_relative_to(data)
+           for p in needed if p is not None):
+        return []   # the run's own folders live beside the data: hiding them is not ours to do
+    return [["--hide", str(data.parent)], ["--expose", str(data)]]
 
 
 def scrubbed_env(spec: RunSpec, home: Path, tmp: Path, run_id: str) -> dict[str, str]:

@@ -100,6 +100,16 @@ class HiddenFile:
 
 
 @dataclass(frozen=True)
+class HeldOut:
+    """Where else the held-out splits' bytes lie (the data's `held_out_sources`): hidden from
+    the run like the split files, in every place this machine keeps them (sandbox.held_out)."""
+
+    units: tuple[str, ...] = ()     # files and folders of the standard library, relative
+    paths: tuple[str, ...] = ()     # absolute files
+    siblings: bool = False          # the data folder's neighbours under its parent too
+
+
+@dataclass(frozen=True)
 class RunSpec:
     """Everything a backend needs to run one experiment. Paths are absolute.
 
@@ -129,6 +139,7 @@ class RunSpec:
     metric_required: bool = True    # False: a training step that an evaluation step scores (what
                                     # it reports of the metric is only its claim)
     hidden: tuple[HiddenFile, ...] = ()  # files of data_dir the run must not read (tripwires)
+    held_out: HeldOut = field(default_factory=HeldOut)   # their sources elsewhere (tripwires too)
     train_out_dir: Path | None = None   # an evaluation step: the training step's out folder,
                                         # read-only ({train_out}, NIGHTSHIFT_TRAIN_OUT)
     private_root: Path | None = None    # the harness's results folder: hidden from the run but

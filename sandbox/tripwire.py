@@ -1,53 +1,93 @@
-"""Tripwires: empty files laid over the data a run must not read, and watched.
+"""Tripwires: empty stand-ins laid over the data a run must not read, and watched.
 
 A backend that can mount inside the run (the local sandbox's mount namespace, a Docker
-container) covers each `RunSpec.hidden` file with an empty file of the run's own and binds
-it read-only over the real one. The run then sees an empty file where the hidden split was,
-and the harness watches the tripwire with inotify: an open of it, from inside a namespace or
-a container, is an open of the same inode, so it is seen here. That makes "the training step
-read the validation split" an observation, not a guess from a traceback, and a run that
-catches the error and trains on anyway is still caught.
-
-Reads through another path to the same bytes are not covered (the default corpus is the
-standard library, which every Python process can read; see docs/integrity.md for what
-catches that).
+container) covers each hidden thing with a stand-in of the run's own, bound read-only over
+the real one:
+- each `RunSpec.hidden` file of the data folder (the splits the step may not see) with an
+  empty file;
+- each source of the held-out bytes (`RunSpec.held_out`, found on this machine by
+  sandbox.held_out: the standard-library packages val and test were cut from, in every Python
+  installation; a corpus's val and test files) with an empty file, or a folder of empty files
+  of the same names.
+The run then sees empty files where the bytes were, and the harness watches the stand-ins
+with inotify: an open of one, from inside a namespace or a container, is an open of the same
+inode, so it is seen here. That makes "the training step read the held-out bytes" an
+observation, not a guess from a traceback, and a run that catches the error and trains on
+anyway is still caught.
 """
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
+from sandbox.held_out import Cover
 from sandbox.protocol import HiddenFile
 
 
-class Tripwires:
-    """The tripwires of one run: `covers` to mount, `read()` for the labels opened so far."""
+@dataclass(frozen=True)
+class Laid:
+    """One stand-in: `wire` (made here) goes over `target`; `data_path` is the target's path
+    inside the data folder, for a backend that mounts the data elsewhere, else None."""
 
-    def __init__(self, run_dir: Path, data_dir: Path, hidden: tuple[HiddenFile, ...]) -> None:
+    wire: Path
+    target: Path
+    data_path: str | None = None
+
+
+class Tripwires:
+    """The tripwires of one run: `laid` to mount, `read()` for the labels opened so far."""
+
+    def __init__(self, run_dir: Path, data_dir: Path, hidden: tuple[HiddenFile, ...],
+                 sources: list[Cover] = ()) -> None:
         from inotify_simple import INotify, flags   # Linux only; imported where it is used
 
         self.folder = Path(run_dir) / "tripwires"
         self.folder.mkdir(parents=True, exist_ok=True)
         self._inotify = INotify()
-        self._open = flags.OPEN
+        self._open, self._is_dir = flags.OPEN, flags.ISDIR
         self._labels: dict[int, str] = {}
         self._read: list[str] = []
-        self.covers: list[tuple[Path, Path, str]] = []   # (tripwire, the file it covers, relative path)
+        self.laid: list[Laid] = []
         for index, item in enumerate(hidden):
             target = Path(data_dir) / item.path
-            if not target.is_file():      # nothing there to read: nothing to hide
-                continue
-            wire = self.folder / f"{index}-{Path(item.path).name}"
+            if target.is_file():      # nothing there to read: nothing to hide
+                wire = self._file(self.folder / f"{index}-{Path(item.path).name}", item.label)
+                self.laid.append(Laid(wire, target, item.path))
+        for index, cover in enumerate(sources):
+            place = self.folder / "sources" / f"{index}-{Path(cover.target).name}"
+            wire = self._tree(place, cover) if cover.is_dir else self._file(place, cover.label)
+            self.laid.append(Laid(wire, Path(cover.target)))
+
+    def _file(self, wire: Path, label: str) -> Path:
+        wire.parent.mkdir(parents=True, exist_ok=True)
+        wire.write_bytes(b"")
+        os.chmod(wire, 0o444)
+        self._labels[self._inotify.add_watch(str(wire), self._open)] = label
+        return wire
+
+    def _tree(self, root: Path, cover: Cover) -> Path:
+        """A folder of empty files named as the cover's, every folder of it watched (a watch on
+        a folder reports the opens of the files in it)."""
+        folders = {root}
+        for rel in cover.files:
+            wire = root / rel
+            wire.parent.mkdir(parents=True, exist_ok=True)
             wire.write_bytes(b"")
             os.chmod(wire, 0o444)
-            self._labels[self._inotify.add_watch(str(wire), self._open)] = item.label
-            self.covers.append((wire, target, item.path))
+            folders.update(parent for parent in wire.parents if parent.is_relative_to(root))
+        root.mkdir(parents=True, exist_ok=True)
+        for folder in folders:
+            self._labels[self._inotify.add_watch(str(folder), self._open)] = cover.label
+        return root
 
     def read(self) -> list[str]:
-        """The labels whose tripwire was opened, each once, in the order first seen."""
+        """The labels whose tripwire was opened, each once, in the order first seen (a folder
+        listed is not a read: only an open of a file in it)."""
         for event in self._inotify.read(timeout=0):
             label = self._labels.get(event.wd)
-            if label is not None and event.mask & self._open and label not in self._read:
+            if (label is not None and event.mask & self._open and not event.mask & self._is_dir
+                    and label not in self._read):
                 self._read.append(label)
         return list(self._read)
 
@@ -59,16 +99,16 @@ class Tripwires:
 
 
 def open_tripwires(run_dir: Path, data_dir: Path, hidden: tuple[HiddenFile, ...],
-                   can_mount: str | None) -> tuple[Tripwires | None, str]:
+                   can_mount: str | None, sources: list[Cover] = ()) -> tuple[Tripwires | None, str]:
     """The run's tripwires and how hiding is enforced: (None, "none hidden") with nothing to
     hide, (None, "not enforced: <why>") when the backend cannot mount (`can_mount` is the
     reason it cannot, or None when it can), else (tripwires, "tripwires")."""
-    if not hidden:
+    if not hidden and not sources:
         return None, "none hidden"
     if can_mount is not None:
         return None, f"not enforced: {can_mount}"
     try:
-        wires = Tripwires(run_dir, data_dir, hidden)
+        wires = Tripwires(run_dir, data_dir, hidden, sources)
     except (ImportError, OSError) as error:   # no inotify here (not Linux, watches exhausted)
         return None, f"not enforced: cannot watch files here ({error})"
     return wires, "tripwires"

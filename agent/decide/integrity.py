@@ -24,6 +24,7 @@ from typing import Any, Iterable, Mapping
 from agent.record.events import RunFinished
 from agent.record.records import Probe, Verdict
 from sandbox import Status
+from sandbox.held_out import LABEL as HELD_OUT_SOURCE
 
 # ---- thresholds, each measured (benchmarks/integrity.py; docs/integrity.md) ----------------
 # A candidate's training step may run this much longer than its paired incumbent's on the same
@@ -103,10 +104,9 @@ def judge_run(evidence: RunEvidence) -> RunJudgement:
         return verdict(Status.TAMPERED, f"the run changed the data folder {', '.join(evidence.data_changed)} "
                                         f"of your repository")
     if train.hidden_read:
-        splits = " and ".join(train.hidden_read)
-        return verdict(Status.LEAK, f"the training step opened the hidden {splits} split (its file is "
-                                    f"hidden from training, so what it read was empty; training may "
-                                    f"use only the train split)")
+        return verdict(Status.LEAK, f"the training step opened {_hidden(train.hidden_read)} (hidden from "
+                                    f"training, so what it read was empty; training may use only the "
+                                    f"train split)")
     if train.status != Status.OK:
         return verdict(train.status, train.reason)
     if not evidence.evaluated:
@@ -114,7 +114,7 @@ def judge_run(evidence: RunEvidence) -> RunJudgement:
     if evaluation is None:
         return verdict(Status.BAD_ARTIFACT, f"the evaluation could not run: {evidence.start_error or 'no result'}")
     if evaluation.hidden_read:
-        return verdict(Status.LEAK, f"the evaluation opened the hidden {' and '.join(evaluation.hidden_read)} split")
+        return verdict(Status.LEAK, f"the evaluation opened {_hidden(evaluation.hidden_read)}")
     failed = next((p for p in probes if not p.ok), None)
     if failed is not None:
         status = PROBE_VERDICTS.get(failed.name, Status.BAD_ARTIFACT)
@@ -246,6 +246,15 @@ def leak(cand: list[RunFinished], ref: list[RunFinished]) -> Flag | None:
             f"bytes it trained on"), {"candidate_gap": statistics.mean(mine), "incumbent_gap": center,
                                       "incumbent_sd": spread, "allowed": allowed})
     return None
+
+
+def _hidden(labels: tuple[str, ...]) -> str:
+    """'the hidden val split', 'a held-out source (a file the held-out splits were cut from)'."""
+    splits = [label for label in labels if label != HELD_OUT_SOURCE]
+    said = [f"the hidden {' and '.join(splits)} split"] if splits else []
+    if HELD_OUT_SOURCE in labels:
+        said.append("a held-out source (a file the val and test splits were cut from)")
+    return " and ".join(said)
 
 
 def _probes(metrics: Mapping[str, Any]) -> tuple[Probe, ...]:

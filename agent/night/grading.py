@@ -7,8 +7,10 @@ step's out folder read-only and the split it scores, and computes the metric.
 
 The splits come from the prepared data's meta.json (`"splits": {"train": "train.bin", ...}`,
 written by the bundled prepare.py): the files of the splits a step may not see are laid over
-with watched tripwires (sandbox.tripwire). Data without that declaration is shown whole, and
-the run's provenance says so.
+with watched tripwires (sandbox.tripwire), and so are the sources the held-out splits were
+cut from (`"held_out_sources"`: the standard-library packages of the default corpus in every
+Python installation, a corpus's val and test files). Data without that declaration is shown
+whole, and the run's provenance says so.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from typing import Mapping
 from agent.workspace.repo import remove_snapshot
 from sandbox import RunSpec
 from sandbox.digest import digest_files
-from sandbox.protocol import HiddenFile
+from sandbox.protocol import HeldOut, HiddenFile
 
 TRAINING_SEES = ("train",)
 
@@ -52,6 +54,16 @@ def hidden_files(meta: Mapping, visible: tuple[str, ...]) -> tuple[HiddenFile, .
                  if split not in visible and isinstance(name, str))
 
 
+def held_out(meta: Mapping) -> HeldOut:
+    """Where else the held-out bytes lie (prepare.py's `held_out_sources`), hidden from both
+    steps: training must not see them, and the evaluator has no need to."""
+    sources = meta.get("held_out_sources") if isinstance(meta, Mapping) else None
+    if not isinstance(sources, Mapping):
+        return HeldOut()
+    strings = lambda key: tuple(str(x) for x in sources.get(key) or () if isinstance(x, str))   # noqa: E731
+    return HeldOut(units=strings("units"), paths=strings("paths"), siblings=bool(sources.get("siblings")))
+
+
 def evaluation_sees(split: str) -> tuple[str, ...]:
     """The evaluation step scores `split` and samples the training split (the leak probe);
     the other held-out split stays hidden (research never sees test, a replay never val)."""
@@ -63,8 +75,12 @@ def splits_note(meta: Mapping) -> str:
     splits = meta.get("splits") if isinstance(meta, Mapping) else None
     if not isinstance(splits, Mapping):
         return "the data declares no splits (meta.json has no 'splits'): every step sees all of it"
+    sources = held_out(meta)
+    where = (f"; the held-out bytes' sources are tripwires too ({', '.join(sources.units)} of every "
+             f"Python installation{f', {len(sources.paths)} more files' if sources.paths else ''})"
+             if sources.units or sources.paths else "")
     return (f"training sees {', '.join(s for s in splits if s in TRAINING_SEES)}; "
-            f"the evaluation sees the split it scores and train; the others are tripwires")
+            f"the evaluation sees the split it scores and train; the others are tripwires{where}")
 
 
 def evaluator_snapshot(snapshots_dir: Path, commit_snapshot: Path, protected: tuple[str, ...]) -> Path:
@@ -102,7 +118,8 @@ def evaluation_spec(train: RunSpec, *, command: str, snapshot: Path, meta: Mappi
                     deadline_s: float) -> RunSpec:
     """The evaluation step of the run whose training step is `train`: same seed, data, limits
     and environment; the evaluator's snapshot; its own out folder and deadline; the training
-    outputs read-only; the split it scores and train visible, the rest hidden."""
+    outputs read-only; the split it scores and train visible, the rest hidden (the held-out
+    sources stay hidden too, as `train` has them)."""
     out_dir = train.out_dir.parent / "eval" / "out"
     out_dir.mkdir(parents=True, exist_ok=True)
     return dataclasses.replace(

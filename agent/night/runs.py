@@ -145,6 +145,7 @@ class RunExecutor:
             writable_workdir=plan.writable_workdir, mounts=plan.mounts,
             metric_required=plan.evaluate is None,
             hidden=grading.hidden_files(self.data.meta, grading.TRAINING_SEES),
+            held_out=grading.held_out(self.data.meta),
             private_root=self.runs_dir.parent.parent,   # results/: every tag's runs
         )
         evaluation = None

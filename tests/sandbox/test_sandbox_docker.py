@@ -474,3 +474,25 @@ def test_an_evaluation_step_in_a_container_reads_the_training_outputs(runner, ma
     assert result.status == Status.OK, result.reason
     seen = json.loads((spec.out_dir / "result.json").read_text())
     assert seen["train_out"] == "the model" and seen["val.bin"] == "v" and result.hidden_read == []
+
+
+HELD_OUT_PEEK = """
+import glob, json, os, sysconfig
+stdlibs = sorted({sysconfig.get_paths()["stdlib"], *glob.glob("/usr/lib/python3*/")})
+seen = {p: len(open(p, "rb").read()) for root in stdlibs
+        if os.path.exists(p := os.path.join(root, "xmlrpc", "client.py"))}
+json.dump({"val_bpb": 1.0, **seen}, open(os.path.join(os.environ["NIGHTSHIFT_OUT"], "result.json"), "w"))
+"""
+
+
+def test_the_held_out_sources_are_tripwires_in_a_container_too(runner, make_spec):
+    """A host-mode image mounts the host's /usr and Python prefix: the standard-library files
+    the held-out splits were cut from are there too, and are covered and watched."""
+    from sandbox.protocol import HeldOut
+
+    result = runner.run(make_spec(HELD_OUT_PEEK, held_out=HeldOut(units=("xmlrpc",))))
+    assert result.status == Status.OK, result.reason
+    seen = {k: v for k, v in json.loads((result.log_path.parent / "out" / "result.json").read_text()).items()
+            if k.endswith("client.py")}
+    assert seen and all(size == 0 for size in seen.values()), seen
+    assert result.hidden_read == ["held-out source"]

@@ -8,6 +8,7 @@ import dataclasses
 import json
 import os
 import resource
+import shutil
 import signal
 import socket
 import subprocess
@@ -21,7 +22,7 @@ import pytest
 
 from sandbox.isolation import Isolation
 from sandbox.local import MARKER, LocalRunner, _marked_pids
-from sandbox.protocol import HiddenFile, Limits, RunResult, RunSpec, Status
+from sandbox.protocol import HeldOut, HiddenFile, Limits, RunResult, RunSpec, Status
 
 
 @pytest.fixture(scope="module")
@@ -338,6 +339,50 @@ def test_an_evaluation_step_reads_the_training_outputs(runner, tmp_path):
     result = runner.run(spec)
     assert result.status == Status.OK, result.reason
     assert out_json(result, "result")["train_out"] == "trained"
+
+
+SOURCE_PEEK = """
+import glob, json, os, sysconfig
+out = os.environ["NIGHTSHIFT_OUT"]
+stdlibs = sorted({sysconfig.get_paths()["stdlib"], *glob.glob("/usr/lib/python3*/")})
+seen = {}
+for root in stdlibs:
+    path = os.path.join(root, "xmlrpc", "client.py")
+    if os.path.exists(path):
+        seen[path] = len(open(path, "rb").read())
+seen["beside the data"] = sorted(os.listdir(os.path.dirname(os.environ["NIGHTSHIFT_DATA"])))
+json.dump({"val_bpb": 1.0, **seen}, open(os.path.join(out, "result.json"), "w"))
+"""
+
+
+def held_out_spec(tmp_path, script: str) -> RunSpec:
+    """A run whose data's held-out bytes were cut from xmlrpc, and whose data folder has an
+    earlier preparation beside it."""
+    spec = hidden_data_spec(tmp_path / "run", script)
+    data = tmp_path / "data-root" / "now"
+    shutil.copytree(spec.data_dir, data)
+    (tmp_path / "data-root" / "earlier").mkdir()
+    (tmp_path / "data-root" / "earlier" / "train.bin").write_text("held-out bytes, as an older split had them")
+    return dataclasses.replace(spec, data_dir=data, held_out=HeldOut(units=("xmlrpc",), siblings=True))
+
+
+def test_the_held_out_sources_are_empty_in_every_python_installation_and_reading_them_is_seen(runner, tmp_path):
+    """The default corpus is the standard library: the files val and test were cut from are
+    covered in each Python installation the run can see, and so are the data's neighbours."""
+    if not (runner.isolation.read_only_root and runner.isolation.unshare_argv(False)):
+        pytest.skip("no mount namespace here: hiding is not enforced (recorded as such)")
+    result = runner.run(held_out_spec(tmp_path, SOURCE_PEEK))
+    seen = out_json(result, "result")
+    assert result.status == Status.OK, result.reason
+    sources = {path: size for path, size in seen.items() if path.endswith("client.py")}
+    assert sources and all(size == 0 for size in sources.values()), sources   # every copy empty
+    assert seen["beside the data"] == ["now"]                 # the earlier preparation is out of sight
+    assert result.hidden_read == ["held-out source"]
+
+
+def test_a_run_that_leaves_the_held_out_sources_alone_trips_nothing(runner, tmp_path):
+    result = runner.run(held_out_spec(tmp_path, GOOD_SCRIPT))
+    assert result.status == Status.OK and result.hidden_read == []
 
 
 def test_without_namespaces_hiding_is_recorded_as_not_enforced(bare_runner, tmp_path):

@@ -46,6 +46,50 @@ def test_default_corpus_is_the_stdlib_without_tests_or_site_packages():
     assert not any(r.startswith(("test/", "idlelib/idle_test/", "lib2to3/tests/")) for r in rels)
 
 
+def test_the_default_corpus_holds_out_only_units_no_training_process_opens():
+    """Val and test of the stdlib corpus come from HELD_OUT_UNITS alone (a third each), so the
+    harness can hide their sources whole; every other file trains."""
+    _, rels = prepare.list_corpus(None)
+    splits = {rel: prepare.stdlib_split_of(rel) for rel in rels}
+    held = [rel for rel, split in splits.items() if split != "train"]
+    assert held and all(prepare.held_out_unit(rel) for rel in held)
+    assert {prepare.held_out_unit(rel) for rel in held} <= set(prepare.HELD_OUT_UNITS)
+    assert "val" in splits.values() and "test" in splits.values()
+    assert splits["os.py"] == splits["json/decoder.py"] == "train"
+
+
+def test_the_stdlib_modules_training_imports_are_never_held_out(tmp_path):
+    """Measured, not assumed: a real python importing what train.py and evaluate.py import
+    (torch, numpy, torch.export) opens none of the held-out units."""
+    probe = ("import sys, torch, numpy, torch.export, torch.nn.functional, json, math, random; "
+             "print('\\n'.join(sorted(sys.modules)))")
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
+    tops = {name.split(".")[0] for name in loaded}
+    units = {unit.removesuffix(".py") for unit in prepare.HELD_OUT_UNITS}
+    assert not tops & units, tops & units
+
+
+def test_meta_says_where_else_the_held_out_bytes_lie(tmp_path):
+    corpus = make_corpus(tmp_path / "corpus")
+    data_dir = prepare.prepare(corpus, tmp_path / "data")
+    sources = json.loads((data_dir / "meta.json").read_text())["held_out_sources"]
+    rels = sorted(p.relative_to(corpus).as_posix() for p in corpus.rglob("*.py"))
+    expected = [str((corpus / r).resolve()) for r in rels if prepare.split_of(r) == "val"] + \
+        [str((corpus / r).resolve()) for r in rels if prepare.split_of(r) == "test"]
+    assert sources == {"units": [], "paths": expected, "siblings": True}
+
+
+def test_an_exact_copy_of_a_held_out_file_is_found_by_its_bytes(tmp_path):
+    held = tmp_path / "stdlib" / "mailbox.py"
+    held.parent.mkdir()
+    held.write_bytes(b"x = 1\n" * 400)
+    vendored = tmp_path / "site" / "pkg" / "_vendor" / "mb.py"
+    vendored.parent.mkdir(parents=True)
+    vendored.write_bytes(held.read_bytes())
+    (tmp_path / "site" / "other.py").write_bytes(b"y = 2\n" * 400)   # same size, other bytes
+    assert prepare.exact_copies([held], [tmp_path / "site"]) == [str(vendored.resolve())]
+
+
 def test_cli_builds_the_folder_and_prints_data_dir_last(tmp_path):
     corpus = make_corpus(tmp_path / "corpus")
     out = run_cli("--corpus", str(corpus), "--data-root", str(tmp_path / "data"))
