@@ -21,7 +21,8 @@ back at its place, so the run sees only its own part of DIR. `--hide` may be giv
 
 With `--read-only-root`, every mount is remounted read-only except the `--writable`
 folders (bind-mounted onto themselves first) and a fresh private tmpfs on /dev/shm, so
-the run can write only its out folder, home and tmp. With `--overlay DIR UPPER WORK`, DIR
+the run can write only its out folder, home and tmp; /dev becomes a private one holding the
+usual character devices and the accelerators, no disk (`private_dev`). With `--overlay DIR UPPER WORK`, DIR
 (the snapshot) is first covered by an overlayfs whose writes land in UPPER, and all its
 folders are made writable in that view (tracked files keep their modes); each
 `--bind-ro SRC DEST` then mounts SRC read-only at DEST inside it. Each `--cover WIRE TARGET`
@@ -42,6 +43,7 @@ in the namespace, so nothing the command started (setsid or not) survives it.
 from __future__ import annotations
 
 import ctypes
+import glob
 import os
 import resource
 import signal
@@ -90,6 +92,26 @@ def hide(libc: ctypes.CDLL, folder: str, expose: list[str]) -> None:
         os.close(fd)
 
 
+# The devices a run keeps in its private /dev: the character devices every program expects and
+# the accelerators. No disks (a raw read of the disk is every file's bytes by another path),
+# no memory, no kernel log.
+DEVICES = ("null", "zero", "full", "random", "urandom", "tty", "ptmx", "pts")
+ACCELERATORS = ("nvidia*", "dri", "kfd", "accel*")
+DEVICE_LINKS = ("fd", "stdin", "stdout", "stderr")
+
+
+def private_dev(libc: ctypes.CDLL) -> None:
+    """Cover /dev with a tmpfs holding only DEVICES and ACCELERATORS (bound from the real
+    ones) and its usual links."""
+    names = [name for name in DEVICES if os.path.lexists(f"/dev/{name}")]
+    names += sorted({os.path.basename(p) for pattern in ACCELERATORS for p in glob.glob(f"/dev/{pattern}")})
+    links = {name: os.readlink(f"/dev/{name}") for name in DEVICE_LINKS if os.path.islink(f"/dev/{name}")}
+    hide(libc, "/dev", [f"/dev/{name}" for name in names])
+    for name, target in links.items():
+        os.symlink(target, f"/dev/{name}")
+    os.makedirs("/dev/shm", exist_ok=True)
+
+
 def make_read_only(writable: list[str], overlay: tuple[str, str, str] | None = None,
                    binds: list[tuple[str, str]] | None = None,
                    covers: list[tuple[str, str]] | None = None,
@@ -119,6 +141,8 @@ def make_read_only(writable: list[str], overlay: tuple[str, str, str] | None = N
     for knob in _PROC_KNOBS:
         if os.path.exists(knob):
             _mount(libc, knob, knob, None, MS_BIND | MS_REC)
+    private_dev(libc)
+    covered = ["/dev", *(folder.rstrip("/") for folder, _ in hidden)]
     for point, keep in _mountpoints():
         if point in keep_writable or point == "/proc":
             continue
@@ -127,6 +151,8 @@ def make_read_only(writable: list[str], overlay: tuple[str, str, str] | None = N
         except OSError as exc:
             if point == "/":
                 raise
+            if any(point.startswith(folder + "/") for folder in covered):
+                continue   # a mount of the real /dev or of a hidden folder: out of sight now
             print(f"nightshift sandbox: warning: {point} stays writable ({exc})", file=sys.stderr)
     # A private /dev/shm (torch's DataLoader needs one) that vanishes with the namespace.
     _mount(libc, "tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")

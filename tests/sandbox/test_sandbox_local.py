@@ -385,6 +385,29 @@ def test_a_run_that_leaves_the_held_out_sources_alone_trips_nothing(runner, tmp_
     assert result.status == Status.OK and result.hidden_read == []
 
 
+DEVICES_PEEK = """
+import json, os, stat
+out = os.environ["NIGHTSHIFT_OUT"]
+blocks = [name for name in os.listdir("/dev") if stat.S_ISBLK(os.stat(os.path.join("/dev", name)).st_mode)]
+open("/dev/null", "w").write("fine")
+json.dump({"val_bpb": 1.0, "dev": sorted(os.listdir("/dev")), "blocks": blocks,
+           "random": len(open("/dev/urandom", "rb").read(4))}, open(os.path.join(out, "result.json"), "w"))
+"""
+
+
+def test_the_run_sees_a_private_dev_without_disks(runner, tmp_path):
+    """A raw read of a disk is every file's bytes by another path: the run's /dev holds the
+    usual character devices (and accelerators), no block device."""
+    if not (runner.isolation.read_only_root and runner.isolation.unshare_argv(False)):
+        pytest.skip("no mount namespace here")
+    result = runner.run(hidden_data_spec(tmp_path, DEVICES_PEEK))
+    seen = out_json(result, "result")
+    assert result.status == Status.OK, result.reason
+    assert seen["blocks"] == [] and seen["random"] == 4
+    assert {"null", "zero", "urandom", "shm", "pts"} <= set(seen["dev"])
+    assert not [name for name in seen["dev"] if name.startswith(("loop", "vd", "sd", "nvme", "mem", "kmsg"))]
+
+
 def test_without_namespaces_hiding_is_recorded_as_not_enforced(bare_runner, tmp_path):
     result = bare_runner.run(hidden_data_spec(tmp_path, GOOD_SCRIPT))
     assert result.hidden_enforced.startswith("not enforced")
