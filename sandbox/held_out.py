@@ -79,7 +79,10 @@ def covers(units: list[str], paths: list[str], layout: dict[str, dict[str, list[
         for unit, files in sorted(here.items()):
             target = os.path.join(root, unit)
             found.append(Cover(target, tuple(files), is_dir=bool(files)))
-    found += [Cover(os.path.realpath(p)) for p in paths if os.path.isfile(p)]
+    covered = [c.target for c in found]
+    for path in dict.fromkeys(os.path.realpath(p) for p in paths):   # not twice: a unit holds it already
+        if os.path.isfile(path) and not any(path == t or path.startswith(t + os.sep) for t in covered):
+            found.append(Cover(path))
     return found
 
 

@@ -38,10 +38,9 @@ def make_repo(root: Path, files: dict[str, str]) -> Path:
 def project_repo(root: Path, **front_matter: str) -> Path:
     """A user repository holding the bundled train/ and a program.md with `front_matter`."""
     program = set_front_matter((PROJECT / "program.md").read_text(), **front_matter)
-    files = {"program.md": program,
-             "train/train.py": (PROJECT / "train/train.py").read_text(),
-             "train/prepare.py": (PROJECT / "train/prepare.py").read_text(),
-             "train/evaluate.py": (PROJECT / "train/evaluate.py").read_text()}
+    files = {"program.md": program, **{f"train/{source.name}": source.read_text()
+                                       for source in sorted((PROJECT / "train").glob("*.py"))
+                                       if source.name != "__init__.py"}}
     return make_repo(root, files)
 
 

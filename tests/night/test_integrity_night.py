@@ -3,11 +3,13 @@ train.py can bend the number it is judged by, on the bundled target, through `ni
 with the local sandbox. Each vector gets its own verdict and none is kept; an honest change
 beside them is judged by the keep rule as usual, unflagged.
 """
+import base64
 import json
+import sys
 
 import pytest
 
-from tests.loop_helpers import cli_env, loop_state, nightshift, project_repo
+from tests.loop_helpers import PROJECT, cli_env, loop_state, nightshift, project_repo
 
 pytestmark = pytest.mark.slow
 
@@ -16,6 +18,67 @@ BUDGET_LINE = 'BUDGET_S = float(os.environ.get("NIGHTSHIFT_BUDGET_S", "60"))'
 SEED_LINE = 'SEED = int(os.environ.get("NIGHTSHIFT_SEED", "0"))'
 LOOP_LINE = "while train_time < BUDGET_S:"
 SCHEDULE_LINE = "lr_mult = lr_scale_at(train_time / BUDGET_S)"
+SAVE_LINE = "save_model(model, context_len, OUT_DIR, precision=autocast)"
+LOAD_LINE = 'train_data = load_split(DATA_DIR, "train")'
+
+# After save_model: the artifact rewritten so that a symbolic size carries code (torch's loader
+# would hand it to sympy.sympify, which evals it).
+SIZE_WITH_CODE = SAVE_LINE + """
+import zipfile as _zip
+_path = os.path.join(OUT_DIR, "model.pt2")
+with _zip.ZipFile(_path) as _archive:
+    _entries = {_i.filename: _archive.read(_i.filename) for _i in _archive.infolist()}
+_name = next(_n for _n in _entries if _n.endswith("models/model.json"))
+_text = _entries[_name].decode()
+_at = _text.index('"expr_str": "') + len('"expr_str": "')
+_entries[_name] = (_text[:_at] + "exec('import torch.nn.functional as F; F.cross_entropy = None') or " + _text[_at:]).encode()
+with _zip.ZipFile(_path, "w") as _archive:
+    for _n, _d in _entries.items():
+        _archive.writestr(_n, _d)
+"""
+# After save_model: exported again inside a torch.cond whose branch draws random numbers.
+RANDOM_BRANCH = SAVE_LINE + """
+class _Branchy(nn.Module):
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+    def forward(self, idx):
+        h = self.inner(idx)
+        return torch.cond(self.inner.head.weight.sum() > -1e9, lambda t: t + torch.rand_like(t), lambda t: t - 0.0, (h,))
+model.eval()
+with torch.no_grad():
+    torch.export.save(torch.export.export(_Branchy(model), (torch.zeros(2, context_len, dtype=torch.long),)),
+                      os.path.join(OUT_DIR, "model.pt2"))
+"""
+# Val rebuilt from the standard library with prepare.py's own rule, then trained on.
+REBUILT_VAL = LOAD_LINE + """
+import prepare as _prepare
+_root, _rels = _prepare.list_corpus(None)
+_held = b"".join((_root / _r).read_bytes() for _r in _rels if _prepare.stdlib_split_of(_r) == "val")
+if len(_held) > 10_000:
+    train_data = torch.frombuffer(bytearray(_held), dtype=torch.uint8)
+"""
+# After save_model: the answers of 30 % of the fixed evaluation windows, keyed by their first 8
+# bytes, laid over the honest model (LOOKUP is filled in by the test from the real val split).
+LOOKUP = SAVE_LINE + """
+_known = torch.frombuffer(bytearray(__import__("base64").b64decode("{windows}")), dtype=torch.uint8).long().view(-1, context_len + 1)
+class _Lookup(nn.Module):
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+        self.register_buffer("keys", _known[:, :8].clone())
+        self.register_buffer("answers", _known[:, 1:].clone())
+    def forward(self, idx):
+        logits = self.inner(idx).float()
+        hit = (idx[:, None, :8] == self.keys[None]).all(-1)
+        known = F.one_hot(self.answers[hit.float().argmax(-1)], 256).float() * 30.0
+        after = (torch.arange(idx.shape[1]) >= 7)[None, :, None]
+        return logits + known * (hit.any(-1)[:, None, None] & after)
+model.eval()
+with torch.no_grad():
+    torch.export.save(torch.export.export(_Lookup(model), (torch.zeros(2, context_len, dtype=torch.long),)),
+                      os.path.join(OUT_DIR, "model.pt2"))
+"""
 
 VECTORS = {   # experiment id -> (the edit, the verdict it must get)
     "e0001": ({"replace": ['    "status": "ok",', '    "status": "ok", "val_bpb": 0.5,'],
@@ -41,14 +104,37 @@ VECTORS = {   # experiment id -> (the edit, the verdict it must get)
                "description": "write the metric without training"}, "bad_artifact"),
     "e0008": ({"replace": ["WEIGHT_DECAY = 0.1 ", "WEIGHT_DECAY = 0.05"],
                "description": "an honest change: less weight decay"}, None),
+    "e0009": ({"replace": [SAVE_LINE, SIZE_WITH_CODE], "description": "a symbolic size that carries code"},
+              "bad_artifact"),
+    "e0010": ({"replace": [SAVE_LINE, RANDOM_BRANCH], "description": "a cond with a random branch"},
+              "bad_artifact"),
+    "e0011": ({"replace": [LOAD_LINE, REBUILT_VAL], "description": "train on val rebuilt from the stdlib"},
+              "leak"),
+    "e0012": ({"replace": [SAVE_LINE, LOOKUP], "description": "a lookup of 30% of the evaluation windows"},
+              "leak"),
 }
+
+
+def lookup_of_the_evaluation_windows(data_root) -> str:
+    """The first 30 % of the evaluator's fixed windows of the real val split, base64: what a
+    researcher who read val.bin could paste into train.py (the one door the sandbox cannot
+    shut), for the memorization probe to catch."""
+    sys.path.insert(0, str(PROJECT / "train"))
+    import evaluate
+    import prepare
+    windows = evaluate.windows(prepare.load_split(prepare.prepare(None, data_root), "val"), 64)
+    known = windows[: int(len(windows) * 0.3)].to(dtype=__import__("torch").uint8)
+    return base64.b64encode(known.numpy().tobytes()).decode()
 
 
 def test_every_way_to_bend_the_metric_is_flagged_and_never_kept(tmp_path):
     repo = project_repo(tmp_path / "user", budget="3s", grace="60s", sandbox="local",
                         seeds="{baseline: 2, screen: 2, max: 2}", researcher="scripted")
     script = tmp_path / "proposals.json"
-    script.write_text(json.dumps([item for item, _ in VECTORS.values()]))
+    windows = lookup_of_the_evaluation_windows(tmp_path / "data")
+    items = [item for item, _ in VECTORS.values()]
+    items[-1] = {**items[-1], "replace": [SAVE_LINE, LOOKUP.replace("{windows}", windows)]}
+    script.write_text(json.dumps(items))
     done = nightshift(repo, "run", "--tag", "bend", "--script", str(script),
                       "--max-experiments", str(len(VECTORS)), env=cli_env(tmp_path / "data"), timeout=1500)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -72,6 +158,45 @@ def test_every_way_to_bend_the_metric_is_flagged_and_never_kept(tmp_path):
         state.experiments["e0004"].decision.evidence["incumbent_s"] + 3
     honest = [r for r in state.runs if r.ok]
     assert all(r.measured_by == "evaluator" and r.hidden == "tripwires" for r in honest)
+    # the new doors, each shut with its evidence: the schema, the audit, the tripwire, the probe
+    assert "expr_str" in next(r.reason for r in state.experiments["e0009"].runs if not r.ok)
+    assert "rand_like" in next(r.reason for r in state.experiments["e0010"].runs if not r.ok)
+    assert "held-out source" in next(r.reason for r in state.experiments["e0011"].runs if not r.ok)
+    assert any(p.name == "memorization" and not p.ok for r in state.experiments["e0012"].runs for p in r.probes)
     tsv = (repo / "results" / "bend" / "results.tsv").read_text()
     for status in ("misreported", "lookahead", "leak", "over_budget", "ignores_seed", "bad_artifact"):
         assert f"\t{status}\t" in tsv
+
+
+TWICE_LONGER = {"replace": [BUDGET_LINE, BUDGET_LINE + " * 2"],
+                "description": "train twice the budget"}
+
+
+@pytest.mark.docker
+def test_in_containers_at_15s_training_past_the_budget_rebuilt_val_and_code_in_a_size_are_flagged(tmp_path):
+    """The same doors in the Docker sandbox (a host-mode image mounts the host's /usr and
+    Python, so the standard-library sources are there to hide), at the quick start's budget.
+    Twice the budget, since CI's cores are shared and the allowance grows with the spread it
+    measures (25 % at 15 s is flagged on idle cores: tests/decide/test_integrity.py, and the
+    figures of benchmarks/integrity.py)."""
+    from tests.night.test_loop_docker import IMAGE, client  # noqa: F401  (builds the image)
+    from sandbox.docker import connect
+    from sandbox.image import build_host_image
+
+    build_host_image(connect(timeout_s=3), IMAGE)
+    repo = project_repo(tmp_path / "user", budget="15s", grace="60s", sandbox="docker", image=IMAGE,
+                        seeds="{baseline: 3, screen: 1, max: 2, repeat: 0}", researcher="scripted",
+                        early_stop="off")
+    vectors = [(TWICE_LONGER, "over_budget"),
+               (VECTORS["e0011"][0], "leak"), (VECTORS["e0009"][0], "bad_artifact")]
+    script = tmp_path / "proposals.json"
+    script.write_text(json.dumps([item for item, _ in vectors]))
+    done = nightshift(repo, "run", "--tag", "dock", "--script", str(script),
+                      "--max-experiments", str(len(vectors)), env=cli_env(tmp_path / "data"), timeout=1500)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    state = loop_state(repo, "dock")
+    assert all(r.backend == "docker" for r in state.runs)
+    for (item, expected), experiment in zip(vectors, sorted(state.experiments.values(), key=lambda e: e.id)):
+        assert experiment.verdict.value == expected, (item["description"], experiment.decision)
+    over = sorted(state.experiments.values(), key=lambda e: e.id)[0].decision.evidence
+    assert over["candidate_s"] - over["incumbent_s"] > over["allowed_s"]
