@@ -5,7 +5,7 @@
 `results/nightshift-check/runs/` for their logs), then checks, in order, one `Check` each:
 
   program valid · target and knobs · lines the command overrides · prepare step · data
-  folder · sandbox · interpreter (python in the sandbox, its torch and CUDA) · metric found ·
+  folder · held-out bytes (agent.night.exposure) · sandbox · interpreter (python in the sandbox, its torch and CUDA) · metric found ·
   seeds change the result · budget respected · nothing written outside the allowed places ·
   your checkout untouched
 
@@ -94,6 +94,8 @@ def preflight(program: Program, *, sandbox: str, budget_s: float | None = None,
         _overridden_lines(verdict, program, workspace)
         data = _prepare(verdict, program, workspace, data_cache())
         mount_ok = _data_folder(verdict, program)
+        if data is not None:
+            _held_out_bytes(verdict, program, data, mount_ok)
         try:
             runner, why = make_runner(sandbox, image=program.image)
         except SandboxUnavailable as error:
@@ -289,6 +291,29 @@ def _data_folder(verdict: Verdict, program: Program) -> bool:
                 f"{human_bytes(facts['bytes'])}, git-ignored ones included), read-only at "
                 f"{program.data} in every run")
     return True
+
+
+def _held_out_bytes(verdict: Verdict, program: Program, data: PreparedData, mount_ok: bool) -> None:
+    """Whether training can read the evaluation split's bytes: a split file nothing hides, or
+    a file holding its text (agent.night.exposure)."""
+    from agent.night import grading
+    from agent.night.exposure import find_exposures
+
+    hidden = {data.path / item.path for item in grading.hidden_files(data.meta, grading.TRAINING_SEES)}
+    folders = [data.path] + ([program.root / program.data] if program.data and mount_ok else [])
+    found = find_exposures(folders, program.root, hidden)
+    if found:
+        verdict.add("held-out bytes", None, "the training step can read " + "; ".join(
+            e.says(program.root) for e in found[:4]) + (f" and {len(found) - 4} more" if len(found) > 4 else ""),
+            "keep the text the splits were cut from out of your repository and the data folder once "
+            "the splits are made (delete or move it), and measure the metric apart with `evaluate:` "
+            "(docs/integrity.md); the bundled prepare.py declares its splits so that runs hide them")
+        return
+    sources = grading.held_out(data.meta)
+    where = f"; so are their sources ({', '.join(sources.units)} of every Python installation)" \
+        if sources.units else ""
+    verdict.add("held-out bytes", True, ("the held-out splits are hidden from training" if hidden else
+                                         "no file the training step reads is named or holds a held-out split") + where)
 
 
 def _interpreter(verdict: Verdict, executor: RunExecutor, commit: str, results: Path) -> None:
