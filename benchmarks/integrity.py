@@ -16,10 +16,11 @@ sandbox, CPU; run on idle cores and say so: load is the noise here):
 2. False flags. A night of `--experiments` honest knob changes by the Optuna researcher at
    `--night-budget`, every candidate on two seeds (seeds: screen 2), so the seed check applies
    to each. Counted: experiments given an integrity verdict (target 0), and for every one the
-   margin each experiment-level check had: over-budget (extra seconds against its paired
-   incumbent run vs the allowance), ignores-seed (the fingerprint spread as a share of the
-   incumbent's, flagged under 50 %), leak (how much the generalization gap closed vs the
-   allowance).
+   margin each check had: over-budget (extra seconds against its paired incumbent run vs the
+   allowance measured in the night), ignores-seed (the fingerprint spread as a share of the
+   incumbent's, flagged under 40 %), leak (how much the generalization gap closed vs the
+   allowance), memorization (the evaluator's probe: the smallest p over the candidate's runs,
+   flagged under 1e-6 with +0.05 bits per byte).
 """
 from __future__ import annotations
 
@@ -77,23 +78,30 @@ def false_flags(work: Path, experiments: int, budget: str) -> None:
     state = loop_state(repo, "honest")
     budget_s = parse_duration(budget)
     flagged = 0
-    print(f"  {'id':6} {'verdict':12} {'extra s (allowed)':>18} {'seed spread':>12} {'gap closed (allowed)':>21}  change")
+    print(f"  {'id':6} {'verdict':12} {'extra s (allowed)':>18} {'seed spread':>12} {'gap closed (allowed)':>21} "
+          f"{'memorization p':>15}  change")
     for experiment in state.experiments.values():
         verdict = experiment.verdict.value if experiment.verdict else "running"
         flagged += bool(experiment.verdict and experiment.verdict.is_integrity)
         cand = [r for r in experiment.runs if r.ok]
         ref = [r for r in state.runs if r.commit == experiment.parent and r.role == Role.REFERENCE and r.ok]
         print(f"  {experiment.id:6} {verdict:12} {_extra(cand, ref, budget_s):>18} {_spread(cand, ref):>12} "
-              f"{_gap(cand, ref):>21}  {experiment.description[:50]}")
+              f"{_gap(cand, ref):>21} {_memorization(experiment.runs):>15}  {experiment.description[:50]}")
     print(f"  flagged: {flagged} of {len(state.experiments)} honest experiments (target 0; "
           f"{time.time() - started:.0f} s for this part)")
 
 
 def _extra(cand, ref, budget_s: float) -> str:
-    allowed = max(integrity.OVER_BUDGET_MIN_S, integrity.OVER_BUDGET_SHARE * budget_s)
+    allowed, _ = integrity.over_budget_allowance([r.duration_s for r in ref if r.duration_s], budget_s)
     pairs = {r.seed: r for r in ref}
     extras = [r.duration_s - pairs[r.seed].duration_s for r in cand if r.seed in pairs]
     return f"{max(extras):+.1f} ({allowed:.0f})" if extras else "-"
+
+
+def _memorization(runs) -> str:
+    """The smallest p of the evaluator's memorization probe over the runs."""
+    values = [r.metrics["memorization_p"] for r in runs if isinstance(r.metrics.get("memorization_p"), (int, float))]
+    return f"{min(values):.2g}" if values else "-"
 
 
 def _spread(cand, ref) -> str:

@@ -23,6 +23,8 @@ Two halves, one per side of the fence:
                       with the incumbent's; docs/integrity.md)
   probes              {"artifact", "shape", "causality", "memorization"}: each {"ok": bool,
                       "detail": str}; a failure while scoring is "scoring", a refusal "guard"
+  memorization_gain   how much better the fixed windows score than the same text at fresh
+  memorization_p      offsets, and how likely an honest model leans that far (the probe)
   fingerprint         per-window bits per byte on 128 fixed windows: two seeds of one commit
                       give different models, so near-identical fingerprints mean the script
                       ignores its seed (the harness compares them with the incumbent's)
@@ -244,10 +246,12 @@ def memorization(scorer: Scorer, data: torch.Tensor, per_window: torch.Tensor, s
     detail = (f"{count} of the windows moved by a fresh offset: worse on {worse}, better on {better}, "
               f"{mean:+.3f} bits per byte on average (each clipped to ±{MEMORIZATION_CLIP:g}); "
               f"an honest model leans that far with probability {chance:.1g}")
+    figures = {"mean": round(mean, 5), "p": chance, "worse": worse, "better": better}
     if mean > MEMORIZATION_TOLERANCE and chance < MEMORIZATION_P:
         return {"ok": False, "detail": f"{detail}: the model knows the fixed evaluation windows, not the "
-                f"text (flagged past {MEMORIZATION_TOLERANCE} bits per byte and probability {MEMORIZATION_P:g})"}
-    return {"ok": True, "detail": detail}
+                f"text (flagged past {MEMORIZATION_TOLERANCE} bits per byte and probability {MEMORIZATION_P:g})",
+                **figures}
+    return {"ok": True, "detail": detail, **figures}
 
 
 def signed_rank_test(difference: torch.Tensor) -> float:
@@ -300,6 +304,8 @@ def evaluate(artifact: Path, data_dir: Path, split: str, seed: int) -> dict:
                     return result
                 val_bpb, per_window = scorer.bits_per_byte(val)
                 probes["memorization"] = memorization(scorer, held_out, per_window, seed)
+                result.update(memorization_gain=probes["memorization"]["mean"],
+                              memorization_p=probes["memorization"]["p"])
                 if not probes["memorization"]["ok"]:
                     return result
                 train_bpb, _ = scorer.bits_per_byte(windows(train, scorer.context_len, TRAIN_SAMPLE_BYTES))
