@@ -50,7 +50,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from artifact import Rejected, canonical_copy, load
+from artifact import canonical_copy, load
+from schema import Rejected
 from guard import Guard
 from prepare import EVAL_BYTES, load_split, prepare
 

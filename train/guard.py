@@ -31,7 +31,7 @@ import sysconfig
 import threading
 from pathlib import Path
 
-from artifact import Rejected, sym_expression
+from schema import Rejected, sym_expression
 
 # (the end of the calling code's file, its function): where code is generated on the way
 # in, with the check its source must pass. Measured on torch 2.13 (tests/train/test_guard.py

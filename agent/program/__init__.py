@@ -57,7 +57,8 @@ class Program:
     root: Path                    # git toplevel containing program.md, else its folder
     prose: str                    # everything after the front matter: the researcher's brief
     target: str = "train/train.py"
-    protected: tuple[str, ...] = ("train/prepare.py", "train/evaluate.py", "train/artifact.py", "train/guard.py")
+    protected: tuple[str, ...] = ("train/prepare.py", "train/evaluate.py", "train/artifact.py", "train/schema.py",
+                                  "train/guard.py")
     command: str = "python train/train.py"   # may use {seed} {budget_s} {out} {data} {split}
     # The evaluation step (docs/integrity.md): run after training, over the protected files
     # only, it computes the metric from what training left in {train_out}. None: the metric
@@ -221,7 +222,8 @@ _early_stop = v.record(EarlyStopSettings, _RECORDS["early_stop"])
 
 EDITS = ("auto", "free", "knobs")
 BUNDLED_COMMAND, BUNDLED_EVALUATE = "python train/train.py", "python train/evaluate.py"
-BUNDLED_EVALUATOR_FILES = ("train/prepare.py", "train/evaluate.py", "train/artifact.py", "train/guard.py")
+BUNDLED_EVALUATOR_FILES = ("train/prepare.py", "train/evaluate.py", "train/artifact.py", "train/schema.py",
+                           "train/guard.py")
 CONFIG_SUFFIXES = (".yaml", ".yml", ".json", ".toml", ".ini", ".cfg")
 
 # The validation table: YAML key -> (Program attribute, parser).

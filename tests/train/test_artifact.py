@@ -16,6 +16,7 @@ import torch
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "train"))
 import artifact  # noqa: E402
+import schema  # noqa: E402
 import evaluate  # noqa: E402
 import guard  # noqa: E402
 import prepare  # noqa: E402
@@ -141,7 +142,7 @@ def test_with_the_schema_skipped_the_guard_refuses_the_code(tmp_path, attack):
     make, change, _ = ATTACKS[attack]
     marker = tmp_path / "marker"
     evil = rewrite(honest(tmp_path, make()), tmp_path / "evil.pt2", edit_model(change(marker)))
-    with pytest.raises(artifact.Rejected, match="refused") as refused:
+    with pytest.raises(schema.Rejected, match="refused") as refused:
         with guard.Guard(readable=[tmp_path]):
             program = artifact.load(evil)
             program.module()(torch.zeros(2, T, dtype=torch.long))
@@ -166,18 +167,18 @@ def test_randomness_inside_a_higher_order_operator_is_refused(tmp_path, data_dir
 
 def test_with_the_schema_skipped_the_audit_refuses_a_callable_argument(tmp_path):
     evil = rewrite(honest(tmp_path, Cond()), tmp_path / "evil.pt2", edit_model(cond_branch_is_an_operator(None)))
-    with guard.Guard(readable=[tmp_path]), pytest.raises(artifact.Rejected, match="as an argument"):
+    with guard.Guard(readable=[tmp_path]), pytest.raises(schema.Rejected, match="as an argument"):
         artifact.load(evil)
 
 
 def test_the_guard_refuses_a_process_and_a_write_while_armed(tmp_path):
     """Whatever the route, what the code would do is refused: a process, a file written."""
     import subprocess
-    with pytest.raises(artifact.Rejected, match="subprocess.Popen"):
+    with pytest.raises(schema.Rejected, match="subprocess.Popen"):
         with guard.Guard(readable=[tmp_path]):
             with pytest.raises(guard.Refused):
                 subprocess.run(["true"])
-    with pytest.raises(artifact.Rejected, match="for writing"):
+    with pytest.raises(schema.Rejected, match="for writing"):
         with guard.Guard(readable=[tmp_path]):
             with pytest.raises(guard.Refused):
                 open(tmp_path / "written", "w")
@@ -233,4 +234,4 @@ def test_the_canonical_copy_holds_only_what_was_validated(tmp_path):
     ("[s0 for s0 in ()]", False),
 ])
 def test_a_size_expression_is_integer_arithmetic_over_symbols(text, ok):
-    assert artifact.sym_expression(text) is ok
+    assert schema.sym_expression(text) is ok
