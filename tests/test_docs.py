@@ -1,0 +1,25 @@
+"""The documentation site builds strictly: a broken link, a missing page or a reference page
+the code can no longer write fails here (and so in CI)."""
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_site_builds_strictly(tmp_path):
+    if shutil.which("mkdocs") is None:
+        if os.environ.get("NIGHTSHIFT_REQUIRE_DOCS"):
+            pytest.fail("NIGHTSHIFT_REQUIRE_DOCS is set but mkdocs is missing: pip install -e '.[docs]'")
+        pytest.skip("the docs extra is not installed: pip install -e '.[docs]'")
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    cli = (tmp_path / "site" / "reference" / "cli" / "index.html").read_text()
+    fields = (tmp_path / "site" / "reference" / "program" / "index.html").read_text()
+    assert "nightshift run" in cli and "--max-experiments" in cli     # written from the code's --help
+    assert "early_stop" in fields and "report_tolerance" in fields     # every field of the parser
