@@ -16,10 +16,13 @@ def test_the_site_builds_strictly(tmp_path):
         if os.environ.get("NIGHTSHIFT_REQUIRE_DOCS"):
             pytest.fail("NIGHTSHIFT_REQUIRE_DOCS is set but mkdocs is missing: pip install -e '.[docs]'")
         pytest.skip("the docs extra is not installed: pip install -e '.[docs]'")
+    quiet = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "DISABLE_MKDOCS_2_WARNING": "true"}   # notices, not errors
     done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+                          cwd=ROOT, capture_output=True, text=True, timeout=300, env=quiet)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     cli = (tmp_path / "site" / "reference" / "cli" / "index.html").read_text()
     fields = (tmp_path / "site" / "reference" / "program" / "index.html").read_text()
     assert "nightshift run" in cli and "--max-experiments" in cli     # written from the code's --help
     assert "early_stop" in fields and "report_tolerance" in fields     # every field of the parser
+    nanogpt = (tmp_path / "site" / "examples" / "nanogpt" / "index.html").read_text()
+    assert "metric_pattern" in nanogpt                                 # the example's own program.md

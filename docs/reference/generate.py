@@ -72,3 +72,11 @@ with mkdocs_gen_files.open("reference/program.md", "w") as page:
 with mkdocs_gen_files.open("reference/cli.md", "w") as page:
     page.write("# The command line\n\nEvery command's `--help`, written from the code at build time.\n\n")
     page.write(cli_help() + "\n")
+
+
+for folder in sorted(p for p in (ROOT / "examples").iterdir() if p.is_dir()):
+    with mkdocs_gen_files.open(f"examples/{folder.name}.md", "w") as page:
+        page.write(f"# examples/{folder.name}\n\nThe example's files, as the repository holds them "
+                   f"(written at build time): {', '.join(f'`{p.name}`' for p in sorted(folder.iterdir()) if p.is_file())}.\n\n")
+        for program in sorted(folder.glob("program*.md")):
+            page.write(f"## {program.name}\n\n````markdown\n{program.read_text().rstrip()}\n````\n\n")
