@@ -39,7 +39,7 @@ from agent.night.observer import QuietObserver  # noqa: E402
 from agent.night.session import build_session  # noqa: E402
 from agent.program import load_program, parse_duration  # noqa: E402
 from agent.record.events import Role, RunFinished  # noqa: E402
-from agent.researchers.knobs import knob_values, set_knobs  # noqa: E402
+from agent.target.knobs import knob_values, set_knobs  # noqa: E402
 from tests.loop_helpers import project_repo  # noqa: E402
 
 TARGET = "train/train.py"

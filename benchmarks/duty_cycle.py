@@ -34,7 +34,7 @@ from agent.program import load_program  # noqa: E402
 from agent.record.events import Prediction  # noqa: E402
 from agent.record.views import utilisation  # noqa: E402
 from agent.researchers.base import Proposal, ResearchContext, Researcher  # noqa: E402
-from agent.researchers.knobs import set_knobs  # noqa: E402
+from agent.target.knobs import set_knobs  # noqa: E402
 from tests.loop_helpers import make_repo  # noqa: E402
 
 SCRIPT = '''\

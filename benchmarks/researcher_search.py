@@ -34,7 +34,7 @@ from agent.decide.sequential import SequentialRule  # noqa: E402
 from agent.record.events import Decision, Verdict  # noqa: E402
 from agent.record.state import Experiment  # noqa: E402
 from agent.researchers.base import Outcome, ResearchContext  # noqa: E402
-from agent.researchers.knobs import knob_values, parse_knobs  # noqa: E402
+from agent.target.knobs import knob_values, parse_knobs  # noqa: E402
 from agent.researchers.optuna_researcher import OptunaResearcher  # noqa: E402
 from benchmarks.decisions import World, load_noise_model  # noqa: E402
 

@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RANKS = {
     "sandbox": 0,
     "cluster": 0.5,
-    "agent.record": 1,
+    "agent.record": 1, "agent.target": 1,
     "agent.decide": 2,
     "agent.researchers": 3, "agent.workspace": 3,
     "agent.program": 4,

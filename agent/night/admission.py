@@ -20,7 +20,7 @@ from agent.night.proposals import Ready
 from agent.record.events import Prediction, ProposalRebased
 from agent.record.state import Experiment
 from agent.researchers import Proposal
-from agent.researchers.knobs import KnobError, knob_edit
+from agent.target.knobs import KnobError, knob_edit
 from agent.workspace.gate import check_source
 from agent.workspace.merge import three_way_merge
 from agent.workspace.repo import Workspace, candidate_message

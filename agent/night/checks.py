@@ -28,7 +28,7 @@ from agent.program import Program
 from agent.record.events import Role, RunFinished
 from agent.record.provenance import read_provenance
 from agent.record.state import LoopState
-from agent.researchers.overrides import StepCount, step_count
+from agent.target.overrides import StepCount, step_count
 
 STEP_BUDGET_FRACTION = 0.75   # a run that ends before this share of its budget stopped on its own
 

@@ -10,7 +10,7 @@ from agent.record.brief import EvaluationPlan, build_brief
 from agent.record.provenance import environment
 from agent.record.state import LoopState
 from agent.researchers import ResearchContext
-from agent.researchers.overrides import overridden
+from agent.target.overrides import overridden
 from agent.workspace.repo import Workspace
 
 

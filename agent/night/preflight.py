@@ -32,8 +32,8 @@ from agent.night.runs import RunExecutor, RunPlan, gpu_for_runs
 from agent.program import Program
 from agent.record.events import Role, RunFinished
 from agent.record.ledger import Ledger
-from agent.researchers.knobs import KnobError, find_knobs, format_value
-from agent.researchers.overrides import overridden
+from agent.target.knobs import KnobError, find_knobs, format_value
+from agent.target.overrides import overridden
 from agent.researchers.registry import resolve_researcher_name
 from agent.workspace.repo import Workspace, WorkspaceError, remove_snapshot
 from sandbox import Limits, RunSpec, SandboxUnavailable, Status

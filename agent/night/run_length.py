@@ -6,7 +6,7 @@ the budget allows minutes, and the harness only finds out when it kills it at bu
 grace. `RunLengthWatch` reads the run's lines as they arrive (`sandbox.progress`: nanoGPT's
 iteration lines, the bundled step lines, `metrics_pattern`, tqdm bars), times the steps on
 the harness's own clock, and with the run's step count (a tqdm bar's total, else the
-command's flag or the target's setting: `agent.researchers.overrides.step_count`) estimates
+command's flag or the target's setting: `agent.target.overrides.step_count`) estimates
 the whole run. It says the run is hopeless as soon as even that estimate, less a margin for
 a noisy start, ends past budget + grace: `nightshift check` then stops the run and says
 why; `run` warns once at the start of the night (`LengthWarnings`).
@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from agent.researchers.overrides import StepCount, command_flags
+from agent.target.overrides import StepCount, command_flags
 from sandbox.progress import ProgressReader
 
 # A run is stopped on an estimate only when it is clearly past the deadline: by MARGIN_EARLY

@@ -28,7 +28,7 @@ from agent.record.curves import Curve
 from agent.record.events import Role, RunFinished, RunStarted
 from agent.record.ledger import Ledger, utc_now
 from agent.record.provenance import determinism, environment, fingerprint, write_provenance
-from agent.researchers.overrides import StepCount
+from agent.target.overrides import StepCount
 from agent.workspace.repo import Workspace, remove_snapshot
 from cluster.execute import execute
 from cluster.protocol import Job, Outcome, Slot

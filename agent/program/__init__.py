@@ -30,8 +30,8 @@ from agent.program import values as v
 from agent.program.frontmatter import ProgramError, compose, decode, line_of, split
 from agent.program.values import MAX_SEEDS, Parser, parse_duration, parse_memory  # noqa: F401 (public)
 from agent.researchers import settings as llm
-from agent.researchers.knobs import DeclaredKnobError, KnobError, find_knobs
-from agent.researchers.overrides import overridden
+from agent.target.knobs import DeclaredKnobError, KnobError, find_knobs
+from agent.target.overrides import overridden
 from agent.researchers.registry import RESEARCHER_NAMES, resolve_researcher_name
 from cluster.select import CLUSTERS
 from cluster.slurm_settings import STARTUP_S, SlurmSettings, sbatch_problem

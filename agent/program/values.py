@@ -10,7 +10,7 @@ import re
 from pathlib import PurePosixPath
 from typing import Any, Callable
 
-from agent.researchers.knobs import KnobError, parse_space
+from agent.target.knobs import KnobError, parse_space
 from sandbox.protocol import PLACEHOLDERS, unknown_placeholders
 
 

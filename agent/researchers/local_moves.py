@@ -15,7 +15,7 @@ import math
 import random
 from typing import Any, Iterable
 
-from agent.researchers.knobs import Knob, round_sig, same_value
+from agent.target.knobs import Knob, round_sig, same_value
 
 RADIUS_START, RADIUS_MIN, RADIUS_MAX = 0.15, 0.03, 0.5
 GROW, SHRINK = 1.6, 0.75

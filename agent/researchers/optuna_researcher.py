@@ -1,5 +1,5 @@
 """The LLM-free researcher: an Optuna study over the target's knobs (its `# search:`
-annotations and program.md's `knobs:`, see agent.researchers.knobs).
+annotations and program.md's `knobs:`, see agent.target.knobs).
 
 Where it searches: near the incumbent first. The first `startup` proposals (10) are local
 moves (agent.researchers.local_moves: one knob, one step inside a trust region that grows on
@@ -30,7 +30,7 @@ import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState
 
-from agent.researchers.knobs import (
+from agent.target.knobs import (
     Knob, KnobError, find_knobs, format_value, parse_assignments, round_sig, same_value, set_knobs,
 )
 from agent.researchers.local_moves import local_move, trust_radius

@@ -29,7 +29,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from agent.researchers.base import Prediction
-from agent.researchers.knobs import Knob, same_value
+from agent.target.knobs import Knob, same_value
 
 DEFAULT_NOISE_SD = 0.05   # used until the loop has measured seed-to-seed noise
 CONFIDENCE = 0.8

@@ -5,7 +5,7 @@ Each item of the script is one of:
 - {"source": "..."} or {"source_file": "path"} (relative to the script file): a complete source;
 - {"replace": [old, new]} or {"replace": [[old, new], ...]}: exact text replacements applied to
   the incumbent (each `old` must occur in it);
-- {"knobs": {"LR": 1e-3}}: new values for annotated knobs (see agent.researchers.knobs).
+- {"knobs": {"LR": 1e-3}}: new values for annotated knobs (see agent.target.knobs).
 Dict items may also carry "description", "hypothesis", "hypothesis_id" and "prediction"
 ({direction, expected_delta, interval, confidence, rationale}); sensible defaults otherwise.
 
@@ -21,7 +21,7 @@ from typing import Any, Sequence
 
 import yaml
 
-from agent.researchers.knobs import KnobError, format_value, knob_values, set_knobs
+from agent.target.knobs import KnobError, format_value, knob_values, set_knobs
 from agent.researchers.base import Prediction, Proposal, ResearchContext, Researcher, ResearcherError
 
 DEFAULT_NOISE_SD = 0.05

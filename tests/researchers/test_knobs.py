@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.researchers.knobs import (
+from agent.target.knobs import (
     DeclaredKnobError, KnobError, find_knobs, format_float, knob_values, parse_assignments,
     parse_knobs, set_knobs,
 )

@@ -2,7 +2,7 @@
 widens on keeps and narrows on discards."""
 import random
 
-from agent.researchers.knobs import parse_knobs
+from agent.target.knobs import parse_knobs
 from agent.researchers.local_moves import (RADIUS_MAX, RADIUS_MIN, RADIUS_START, local_move,
                                            trust_radius)
 from agent.researchers.prediction_stats import knob_distance

@@ -4,7 +4,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from agent.researchers.knobs import knob_values, parse_knobs
+from agent.target.knobs import knob_values, parse_knobs
 from agent.researchers.prediction_stats import TriedConfig, knob_distance, predict_delta
 from agent.record.state import Experiment
 from agent.researchers.base import Outcome, Proposal, ResearchContext, ResearcherError

@@ -4,7 +4,7 @@ import json
 import pytest
 import yaml
 
-from agent.researchers.knobs import knob_values
+from agent.target.knobs import knob_values
 from agent.researchers.base import ResearchContext, ResearcherError
 from agent.researchers.scripted import ScriptedResearcher
 

@@ -119,7 +119,7 @@ def test_the_knob_block_parses_and_every_choice_combination_has_whole_heads():
     """The researcher edits knobs within their spaces: each N_EMBD choice must split into
     whole heads of each HEAD_DIM choice, or some proposals would not even build."""
     sys.path.insert(0, str(REPO))
-    from agent.researchers.knobs import parse_knobs
+    from agent.target.knobs import parse_knobs
     knobs = {k.name: k for k in parse_knobs((REPO / "train" / "train.py").read_text())}
     assert {"N_LAYER", "N_EMBD", "HEAD_DIM", "LR", "OPTIMIZER", "BATCH_SIZE", "CONTEXT_LEN"} <= set(knobs)
     for width in knobs["N_EMBD"].choices:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import yaml
 
-from agent.researchers.knob_targets import is_yaml
+from agent.target.knob_targets import is_yaml
 
 # Names under which scripts give their number of optimizer steps (nanoGPT, HF, Lightning, ...).
 STEP_COUNT_NAMES = ("max_iters", "max_steps", "num_steps", "total_steps", "train_steps",

@@ -44,11 +44,11 @@ import tokenize
 from dataclasses import replace
 from typing import Any, Mapping
 
-from agent.researchers.knob_space import (  # re-exported: the public surface of knobs
+from agent.target.knob_space import (  # re-exported: the public surface of knobs
     SPACE_CALL, SPACE_KINDS, DeclaredKnobError, Knob, KnobError, SpaceKind, format_float, format_value,
     parse_space, round_sig, same_value,
 )
-from agent.researchers.knob_targets import format_yaml, is_yaml, python_knob, value_span, yaml_knob
+from agent.target.knob_targets import format_yaml, is_yaml, python_knob, value_span, yaml_knob
 
 __all__ = ["SPACE_KINDS", "DeclaredKnobError", "Knob", "KnobError", "SpaceKind", "find_knobs",
            "format_float", "format_value", "is_yaml", "knob_edit", "knob_values", "parse_assignments",

@@ -8,7 +8,7 @@ A declared knob is a name assigned in the target, in the user's own case:
 - YAML or JSON: a key, dotted for nesting (`optimizer.lr`), holding one scalar.
 
 Each finder returns a `Knob` whose `start`/`end` give the value's text in the source, so
-`agent.researchers.knobs.set_knobs` replaces exactly that text and nothing else. A knob
+`agent.target.knobs.set_knobs` replaces exactly that text and nothing else. A knob
 that cannot be edited raises `DeclaredKnobError` naming it, with advice that keeps the
 script working.
 """
@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from agent.researchers.knob_space import (DeclaredKnobError, Knob, KnobError, SpaceKind, format_float,
+from agent.target.knob_space import (DeclaredKnobError, Knob, KnobError, SpaceKind, format_float,
                                           parse_space)
 
 _YAML_SUFFIXES = (".yaml", ".yml", ".json")   # JSON is YAML: same finder, same editor
