@@ -28,9 +28,7 @@ import dataclasses
 import hashlib
 import io
 import os
-import shutil
 import socket
-import stat
 import tarfile
 import tempfile
 import threading
@@ -41,6 +39,7 @@ from typing import Any, Callable
 from cluster.execute import execute
 from cluster.protocol import ClusterUnavailable, Job, OnDone, OnOutput, Outcome, Slot, Workers
 from sandbox import RunResult, RunSpec, Status
+from sandbox.trees import read_only_tree, remove_tree
 
 MAX_OUT_BYTES = 50 * 2**20     # what comes back of a run's out folder (checkpoints stay behind)
 WAIT_S = 0.5
@@ -119,24 +118,6 @@ def _unpack(data: bytes, folder: Path) -> None:
         tar.extractall(folder, filter="data")
 
 
-def _read_only(root: Path) -> None:
-    for current, dirs, files in os.walk(root, topdown=False):
-        for name in files:
-            path = os.path.join(current, name)
-            os.chmod(path, 0o555 if os.stat(path).st_mode & stat.S_IXUSR else 0o444)
-        for name in dirs:
-            os.chmod(os.path.join(current, name), 0o555)
-    os.chmod(root, 0o555)
-
-
-def _remove(root: Path) -> None:
-    for current, dirs, _ in os.walk(root):
-        os.chmod(current, 0o755)
-        for name in dirs:
-            os.chmod(os.path.join(current, name), 0o755)
-    shutil.rmtree(root, ignore_errors=True)
-
-
 def _node_data(data_dir: str, tarball: bytes | None, digest: str) -> Path:
     """The data folder on this node: the head's path when it is here, else the shipped copy."""
     if Path(data_dir).is_dir():
@@ -149,7 +130,7 @@ def _node_data(data_dir: str, tarball: bytes | None, digest: str) -> Path:
         try:
             staging.rename(cache)
         except OSError:      # another run on this node unpacked it first
-            _remove(staging)
+            remove_tree(staging)
     return cache
 
 
@@ -199,7 +180,7 @@ def run_on_node(job: Job, slot_index: int, sandbox: str, image: str, snapshot: b
                 for name, (step, result) in steps.items()}
         return {"outcome": outcome, "steps": back, "host": socket.gethostname()}
     finally:
-        _remove(work)
+        remove_tree(work)
 
 
 RUNS_ROOT = Path(tempfile.gettempdir()) / "nightshift-ray-runs"
@@ -210,7 +191,7 @@ def _on_node(spec: RunSpec, run_dir: Path, snapshot: bytes, data_dir: Path) -> R
     """`spec` with this node's paths: its snapshot unpacked read-only, a fresh out folder."""
     snapshot_dir = run_dir / "snapshot"
     _unpack(snapshot, snapshot_dir)
-    _read_only(snapshot_dir)
+    read_only_tree(snapshot_dir)
     out_dir = run_dir / "out"
     out_dir.mkdir(parents=True)
     return dataclasses.replace(spec, snapshot_dir=snapshot_dir, out_dir=out_dir, data_dir=data_dir,

@@ -22,7 +22,8 @@ from typing import Any, Iterable
 from cluster.protocol import Job, Outcome
 from cluster.slurm_node import PRIVATE
 from cluster.staging import (Relocation, StagingError, bring_back, copy_in, fingerprint, paths_in,
-                             relocate, remove_tree, run_folder)
+                             relocate, run_folder)
+from sandbox.trees import remove_tree
 
 
 class SharedArea:

@@ -21,6 +21,9 @@ import stat
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from sandbox.digest import folder_facts
+from sandbox.trees import remove_tree
+
 
 class StagingError(RuntimeError):
     """A path of a job has no place on the other side (a harness bug, or a folder gone)."""
@@ -120,22 +123,8 @@ class Relocation:
 
 
 def fingerprint(path: Path) -> str:
-    """A digest of a folder's (or a file's) names, sizes and mtimes: cheap, no reads."""
-    digest = hashlib.sha256(str(path).encode())
-    if path.is_file():
-        info = path.stat()
-        digest.update(f"{info.st_size}\0{info.st_mtime_ns}".encode())
-        return digest.hexdigest()[:16]
-    for current, dirs, names in os.walk(path):
-        dirs.sort()
-        for name in sorted(names):
-            full = os.path.join(current, name)
-            try:
-                info = os.lstat(full)
-            except OSError:
-                continue
-            digest.update(f"{os.path.relpath(full, path)}\0{info.st_size}\0{info.st_mtime_ns}\0".encode())
-    return digest.hexdigest()[:16]
+    """A digest of a folder's (or a file's) path, names, sizes and mtimes: cheap, no reads."""
+    return hashlib.sha256(f"{path}\0{folder_facts(path)['stat_digest']}".encode()).hexdigest()[:16]
 
 
 COMPLETE = ".nightshift-staged"
@@ -176,19 +165,3 @@ def bring_back(source: Path, dest: Path) -> None:
                 remove_tree(target)
             shutil.move(os.path.join(current, name), target)
     remove_tree(source)
-
-
-def remove_tree(root: Path) -> None:
-    """Remove `root` whatever its permissions (snapshots are read-only)."""
-    if not os.path.lexists(root):
-        return
-    if root.is_file() or root.is_symlink():
-        root.unlink()
-        return
-    for current, dirs, _ in os.walk(root):
-        os.chmod(current, 0o755)
-        for name in dirs:
-            path = os.path.join(current, name)
-            if not os.path.islink(path):
-                os.chmod(path, 0o755)
-    shutil.rmtree(root, ignore_errors=True)

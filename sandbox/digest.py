@@ -1,8 +1,12 @@
-"""Digests of protected files, so a run that changed one is caught (status `tampered`).
+"""Digests of files and folders.
 
-`digest_files(root, paths)` before and after a run, `tampered(before, after)` for what
-changed. A folder digests its whole tree, a link its target text (never followed), a FIFO or
-device its type (never opened: reading one would block); a missing path digests as "missing".
+- `digest_files(root, paths)` before and after a run, `tampered(before, after)` for what
+  changed: protected files, so a run that changed one is caught (status `tampered`). A folder
+  digests its whole tree, a link its target text (never followed), a FIFO or device its type
+  (never opened: reading one would block); a missing path digests as "missing".
+- `folder_facts(path)`: files, bytes and a digest of every file's name, size and mtime, cheap
+  (no reads), following links as a run reading the folder would: which data a run saw, and
+  whether a staged copy is stale.
 """
 from __future__ import annotations
 
@@ -52,3 +56,29 @@ def _digest(path: Path) -> str:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
             hasher.update(chunk)
     return hasher.hexdigest()
+
+
+def folder_facts(path: Path, max_files: int = 100_000) -> dict:
+    """{"files", "bytes", "stat_digest"} (and "truncated" past `max_files`) of the folder or
+    file at `path`: names, sizes and mtimes, links followed."""
+    digest, files, size = hashlib.sha256(), 0, 0
+    entries = [(Path(path).name, str(path))] if Path(path).is_file() else _walk(path)
+    for rel, full in entries:
+        try:
+            info = os.stat(full)
+        except OSError:
+            continue
+        files += 1
+        size += info.st_size
+        digest.update(f"{rel}\0{info.st_size}\0{info.st_mtime_ns}\0".encode())
+        if files >= max_files:
+            return {"files": files, "bytes": size, "stat_digest": digest.hexdigest()[:16], "truncated": True}
+    return {"files": files, "bytes": size, "stat_digest": digest.hexdigest()[:16]}
+
+
+def _walk(path: Path):
+    for current, dirs, names in os.walk(path, followlinks=True):
+        dirs.sort()
+        for name in sorted(names):
+            full = os.path.join(current, name)
+            yield os.path.relpath(full, path), full

@@ -26,6 +26,7 @@ from pathlib import Path, PurePosixPath
 from typing import Iterable
 
 from sandbox.protocol import DataMount
+from sandbox.trees import remove_tree
 
 WORK_DIR = "work"                 # <run dir>/work: what the run wrote in its working directory
 OVERLAY_SCRATCH = ".overlay-work"  # overlayfs's own work folder, removed after the run
@@ -50,7 +51,7 @@ def finish_overlay(run_dir: Path) -> dict[str, int | None]:
     are removed, as are the empty folders (copied up to be made writable, or created as mount
     points); the overlay's scratch folder is deleted."""
     scratch = Path(run_dir) / OVERLAY_SCRATCH
-    _remove_tree(scratch)
+    remove_tree(scratch)
     upper = work_dir(run_dir)
     written: dict[str, int | None] = {}
     if not upper.is_dir():
@@ -80,7 +81,7 @@ def make_copy(snapshot: Path, run_dir: Path, mounts: Iterable[DataMount], *,
     empty folder for the backend to mount onto."""
     dest = work_dir(run_dir)
     if dest.exists():
-        _remove_tree(dest)
+        remove_tree(dest)
     shutil.copytree(snapshot, dest, symlinks=True)
     for current, dirs, _ in os.walk(dest):
         os.chmod(current, os.lstat(current).st_mode | stat.S_IWUSR)
@@ -89,7 +90,7 @@ def make_copy(snapshot: Path, run_dir: Path, mounts: Iterable[DataMount], *,
         if point.is_symlink() or point.is_file():
             point.unlink()
         elif point.is_dir():
-            _remove_tree(point)
+            remove_tree(point)
         point.parent.mkdir(parents=True, exist_ok=True)
         if link_mounts:
             point.symlink_to(mount.source, target_is_directory=True)
@@ -177,24 +178,3 @@ def _drop_empty_dirs(root: Path) -> None:
         if Path(current) != root and not os.listdir(current):
             os.rmdir(current)
 
-
-def _remove_tree(path: Path) -> None:
-    """rmtree that first restores the permissions a run or overlayfs took away."""
-    if not os.path.lexists(path):
-        return
-    if os.path.islink(path) or not os.path.isdir(path):
-        os.unlink(path)
-        return
-    try:
-        os.chmod(path, 0o700)
-    except OSError:
-        pass
-    for current, dirs, _ in os.walk(path):   # top-down: a folder opens before it is entered
-        for name in dirs:
-            full = os.path.join(current, name)
-            if not os.path.islink(full):
-                try:
-                    os.chmod(full, 0o700)
-                except OSError:
-                    pass
-    shutil.rmtree(path, ignore_errors=True)

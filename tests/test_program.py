@@ -437,5 +437,8 @@ def test_the_bundled_evaluator_needs_its_own_files_protected(tmp_path):
     """It runs in a snapshot of the protected files alone: without artifact.py, schema.py
     or guard.py every run would be a bad artifact, so the program is refused, with the fix."""
     path = write(tmp_path, "---\nprotected: [train/prepare.py, train/evaluate.py]\n---\n")
+    for name in ("prepare", "evaluate", "artifact", "schema", "guard"):   # the bundled target's files
+        (tmp_path / "train").mkdir(exist_ok=True)
+        (tmp_path / "train" / f"{name}.py").write_text("# the evaluator\n")
     with pytest.raises(ProgramError, match=r"field 'protected'.*needs train/artifact.py, train/schema.py, train/guard.py; add them"):
         load_program(path)

@@ -350,10 +350,6 @@ def baseline_verdict(state: LoopState, program: Program, results_dir: Path) -> V
     return verdict
 
 
-def over_budget_runs(runs: Iterable[RunFinished]) -> list[RunFinished]:
-    return [r for r in runs if r.over_budget_s]
-
-
 _PLACED = {"elapsed": "on its own training clock", "steps": "on the steps it announced",
            "clock": "step for step against the incumbent's steps (it prints no training time)"}
 

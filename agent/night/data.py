@@ -25,8 +25,8 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from sandbox.digest import folder_facts   # re-exported: runs and check record it
 from sandbox.protocol import DataMount, expand_command
 
 _DATA_DIR_LINE = re.compile(r"^data_dir:\s*(.+?)\s*$", re.MULTILINE)
@@ -88,26 +88,6 @@ def repository_data(root: Path, folder: str | None) -> DataMount | None:
                         f"{root}; create it there, e.g. by running your data preparation once in "
                         f"your checkout, or remove `data:`")
     return DataMount(folder, source.resolve())
-
-
-def folder_facts(path: Path, max_files: int = 100_000) -> dict[str, Any]:
-    """Files, bytes and a digest of every file's name, size and mtime (cheap: no reads), to
-    record which data a run saw and to notice a run that changed it."""
-    digest, files, size = hashlib.sha256(), 0, 0
-    for current, dirs, names in os.walk(path, followlinks=True):
-        dirs.sort()
-        for name in sorted(names):
-            full = os.path.join(current, name)
-            try:
-                info = os.stat(full)
-            except OSError:
-                continue
-            files += 1
-            size += info.st_size
-            digest.update(f"{os.path.relpath(full, path)}\0{info.st_size}\0{info.st_mtime_ns}\0".encode())
-            if files >= max_files:
-                return {"files": files, "bytes": size, "stat_digest": digest.hexdigest()[:16], "truncated": True}
-    return {"files": files, "bytes": size, "stat_digest": digest.hexdigest()[:16]}
 
 
 def data_cache() -> Path:

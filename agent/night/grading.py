@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Mapping
 
 from agent.workspace.repo import remove_snapshot
+from sandbox.trees import read_only_tree
 from sandbox import RunSpec
 from sandbox.digest import digest_files
 from sandbox.protocol import HeldOut, HiddenFile
@@ -104,10 +105,7 @@ def evaluator_snapshot(snapshots_dir: Path, commit_snapshot: Path, protected: tu
         elif source.is_file():
             shutil.copy2(source, target)
     (staging / ".nightshift-complete").write_text(name)
-    for path in sorted(staging.rglob("*"), reverse=True):
-        if not path.is_symlink():
-            path.chmod(0o555 if path.is_dir() else 0o444)
-    staging.chmod(0o555)
+    read_only_tree(staging)
     if dest.exists():
         remove_snapshot(dest)
     staging.rename(dest)

@@ -37,9 +37,6 @@ class Outputs:
         return {"kept": self.kept, "dropped": self.dropped, "tracked_changed": self.tracked_changed,
                 "tracked_deleted": self.tracked_deleted}
 
-    def dropped_bytes(self) -> int:
-        return sum(size for folder in self.dropped.values() for size in folder.values())
-
 
 def is_kept(rel: str, size: int, keep: tuple[str, ...] | None,
             always: tuple[str, ...] = ALWAYS_KEPT) -> bool:

@@ -319,8 +319,9 @@ def _build(path: Path, root: Path, prose: str, raw: dict[str, Any], lines: dict[
         raise ProgramError(f"{where.get(blamed, name)}: field {blamed!r}: "
                            f"the target {program.target!r} is also protected; the researcher must be "
                            f"able to edit it, so remove it from protected or choose another target")
-    missing = [f for f in BUNDLED_EVALUATOR_FILES if program.evaluate == BUNDLED_EVALUATE
-               and f not in program.protected]
+    bundled = program.evaluate == BUNDLED_EVALUATE and program.target == Program.target
+    missing = [f for f in BUNDLED_EVALUATOR_FILES if bundled and f not in program.protected
+               and (program.root / f).is_file()]
     if missing:
         raise ProgramError(f"{where.get('protected', name)}: field 'protected': the bundled evaluator "
                            f"({BUNDLED_EVALUATE}) runs from the protected files alone and needs "

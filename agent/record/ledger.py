@@ -12,18 +12,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator
 
 from agent.record.events import Event, UnknownEvent, parse_event
 from agent.record.state import LoopState
+from sandbox.outcome import utc_now   # one clock format for runs and the ledger; re-exported
 
 LEDGER_FILE = "ledger.jsonl"
-
-
-def utc_now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
 class Ledger:

@@ -149,10 +149,6 @@ def determinism(seed: int, run_env: Mapping[str, str], *, seed_passed: str = "NI
     }
 
 
-def sha256_text(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
 def write_provenance(path: Path, record: dict[str, Any]) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(record, indent=2, default=str), encoding="utf-8")

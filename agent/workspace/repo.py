@@ -21,14 +21,14 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import stat
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Mapping
 
 import git
+
+from sandbox.trees import read_only_tree, remove_tree
 
 AUTHOR_NAME = "Nightshift"
 AUTHOR_EMAIL = "nightshift@localhost"
@@ -82,17 +82,8 @@ def candidate_message(description: str, hypothesis: str, prediction: Any = None,
 
 
 def remove_snapshot(path: Path) -> None:
-    """Delete a read-only snapshot made by `Workspace.snapshot` (restores write bits first)."""
-    path = Path(path)
-    if not path.exists():
-        return
-    for root, dirs, _ in os.walk(path):
-        os.chmod(root, 0o755)
-        for name in dirs:
-            full = os.path.join(root, name)
-            if not os.path.islink(full):
-                os.chmod(full, 0o755)
-    shutil.rmtree(path)
+    """Delete a read-only snapshot made by `Workspace.snapshot`."""
+    remove_tree(Path(path))
 
 
 @dataclass
@@ -341,7 +332,7 @@ class Workspace:
             _git(self._main, "read-tree", "-u", "--reset", sha,
                  options=("-c", "core.sparseCheckout=false", f"--work-tree={dest}"),
                  env={"GIT_INDEX_FILE": os.path.join(tmp, "index")})
-        _make_read_only(dest)
+        read_only_tree(dest)
         return dest
 
     # ---- cleanup ----
@@ -428,18 +419,3 @@ def _relative(path: str) -> str:
 
 def _is_nonempty(folder: Path) -> bool:
     return folder.exists() and (not folder.is_dir() or any(folder.iterdir()))
-
-
-def _make_read_only(root: Path) -> None:
-    # Bottom-up, so a folder loses its write bit only after everything inside it is done.
-    for current, dirs, files in os.walk(root, topdown=False):
-        for name in files:
-            full = os.path.join(current, name)
-            mode = os.lstat(full).st_mode
-            if stat.S_ISREG(mode):  # symlinks have no mode of their own on Linux
-                os.chmod(full, 0o555 if mode & stat.S_IXUSR else 0o444)
-        for name in dirs:
-            full = os.path.join(current, name)
-            if not os.path.islink(full):
-                os.chmod(full, 0o555)
-    os.chmod(root, 0o555)
