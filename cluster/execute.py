@@ -55,7 +55,7 @@ def execute(runner: Runner, job: Job, slot: Slot, stop: threading.Event,
 def _evaluate(runner: Runner, job: Job, trained: RunResult, stop: threading.Event,
               on_output: Callable[[str], None] | None) -> tuple[RunResult | None, str | None]:
     """The evaluation step, when the job has one and training ended well enough to score
-    (a KeyboardInterrupt during it carries the evaluation's INTERRUPTED result, as during
+    (a Ctrl-C during it is a RunInterrupted carrying the evaluation's INTERRUPTED result, as during
     training)."""
     if job.evaluation is None or trained.status != Status.OK or stop.is_set():
         return None, None

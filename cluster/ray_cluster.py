@@ -39,6 +39,7 @@ from typing import Any, Callable
 from cluster.execute import execute
 from cluster.protocol import ClusterUnavailable, Job, OnDone, OnOutput, Outcome, Slot, Workers
 from sandbox import RunResult, RunSpec, Status
+from sandbox.protocol import RunInterrupted
 from sandbox.trees import read_only_tree, remove_tree
 
 MAX_OUT_BYTES = 50 * 2**20     # what comes back of a run's out folder (checkpoints stay behind)
@@ -164,7 +165,7 @@ def run_on_node(job: Job, slot_index: int, sandbox: str, image: str, snapshot: b
             outcome = execute(runner, dataclasses.replace(job, spec=spec, evaluation=evaluation),
                               slot, stop, sender)
         except KeyboardInterrupt as interrupt:   # ray.cancel: the sandbox has killed the tree
-            result = getattr(interrupt, "run_result", None)
+            result = interrupt.result if isinstance(interrupt, RunInterrupted) else None
             outcome = Outcome(job.run_id, slot_index, result, error="cancelled")
         finally:
             if sender is not None:

@@ -21,7 +21,7 @@ the engine (`State.OOMKilled`), streams output to a capped log next to out_dir
 (`<run dir>/log.txt`, as LocalRunner), samples peak memory from the engine's cgroup
 stats, and always removes the container. On Ctrl-C the container is killed and removed
 and the KeyboardInterrupt re-raised with the INTERRUPTED RunResult attached as
-`exc.run_result` (as LocalRunner does). Containers carry the label `nightshift.run=<id>`
+a `RunInterrupted` carrying it (as LocalRunner does). Containers carry the label `nightshift.run=<id>`
 plus the harness's host and pid, so a later runner removes what a killed harness left.
 """
 from __future__ import annotations
@@ -40,8 +40,8 @@ from sandbox import held_out, workdir
 from sandbox.held_out import Cover
 from sandbox.image import DEFAULT_TAG, SANDBOX_UID, ImageError, image_mode, python_prefixes, runtime_mounts
 from sandbox.tripwire import Laid, open_tripwires
-from sandbox.outcome import CappedLog, classify, utc_now
-from sandbox.protocol import OnOutput, Runner, RunResult, RunSpec, SandboxUnavailable
+from sandbox.outcome import CappedLog, run_result, utc_now
+from sandbox.protocol import OnOutput, Runner, RunInterrupted, RunResult, RunSpec, SandboxUnavailable
 
 LABEL_RUN = "nightshift.run"
 LABEL_HOST = "nightshift.harness-host"
@@ -216,18 +216,11 @@ class DockerRunner(Runner):
             if work is not None and os.getuid() == 0:
                 workdir.take_back(work)
         written = workdir.finish_copy(spec.snapshot_dir, run_dir, spec.mounts) if work else {}
-        tail = log.tail(40)
-        exit_code = state.get("ExitCode")
-        status, metric, metrics, reason = classify(
-            exit_code=exit_code, timed_out=timed_out, oom_killed=bool(state.get("OOMKilled")),
-            interrupted=interrupted is not None or bool(stop and stop.is_set()), out_dir=spec.out_dir,
-            log_tail=tail, metric=spec.metric, metric_pattern=spec.metric_pattern,
-            metrics_pattern=spec.metrics_pattern, result_file=spec.result_file, metric_required=spec.metric_required,
-            log_text=log.tail(None))
-        result = RunResult(
-            status=status, exit_code=exit_code, metric=metric, metrics=metrics,
-            duration_s=round(duration, 3), peak_memory_mb=peak, log_path=log.path, log_tail=tail,
-            backend=self.name, started_at=started_at, ended_at=utc_now(), reason=reason,
+        result = run_result(
+            spec, log, exit_code=state.get("ExitCode"), timed_out=timed_out,
+            oom_killed=bool(state.get("OOMKilled")),
+            interrupted=interrupted is not None or bool(stop and stop.is_set()), duration_s=duration,
+            peak_memory_mb=peak, backend=self.name, started_at=started_at,
             sandbox={
                 "image": self.image, "image_id": image.id,
                 "image_digests": image.attrs.get("RepoDigests") or [], "image_mode": mode,
@@ -237,14 +230,12 @@ class DockerRunner(Runner):
                 "network": "none" if not spec.limits.network else "default",
                 "read_only_root": True, "gpu": spec.limits.gpu,
                 "oom_killed": bool(state.get("OOMKilled")),
-                "log_bytes": log.total_bytes, "log_elided_bytes": log.elided_bytes,
                 "peak_memory": "cgroup memory max_usage, sampled every 0.5 s" if peak is not None else None,
                 "workdir": "copy" if work else "read-only",
                 "python": python or "the image's python (first on its PATH)",
             }, written=written, work_dir=work, hidden_read=hidden_read, hidden_enforced=hidden_enforced)
         if isinstance(interrupted, KeyboardInterrupt):   # as LocalRunner: the loop records it
-            interrupted.run_result = result  # type: ignore[attr-defined]
-            raise interrupted
+            raise RunInterrupted(result) from interrupted
         return result
 
     def _wait(self, client: Any, container: Any, deadline_s: float, t0: float,

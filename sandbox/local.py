@@ -44,8 +44,8 @@ from typing import Any
 
 from sandbox import held_out, workdir
 from sandbox.isolation import CONFINE_SCRIPT, Isolation, RunCgroup, detect
-from sandbox.outcome import CappedLog, classify, utc_now
-from sandbox.protocol import OnOutput, Runner, RunResult, RunSpec, SandboxUnavailable
+from sandbox.outcome import CappedLog, run_result, utc_now
+from sandbox.protocol import OnOutput, Runner, RunInterrupted, RunResult, RunSpec, SandboxUnavailable
 from sandbox.tripwire import open_tripwires
 
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -59,8 +59,8 @@ class LocalRunner(Runner):
     `kill_grace_s`: seconds between SIGTERM and SIGKILL once `spec.deadline_s` has passed.
     `isolation`: the machine's facts; probed on first use when not given (tests may pass
     a weaker one to exercise fallbacks). On KeyboardInterrupt the tree is killed, the log
-    closed, and the interrupt re-raised with the INTERRUPTED RunResult attached as
-    `exc.run_result`, so the loop can record it.
+    closed, and a `RunInterrupted` raised carrying the INTERRUPTED RunResult, so the loop can
+    record it.
     """
 
     name = "local"
@@ -138,25 +138,16 @@ class LocalRunner(Runner):
             written = workdir.finish_overlay(run_dir)
         elif mode == "copy":
             written = workdir.finish_copy(spec.snapshot_dir, run_dir, spec.mounts)
-        tail = log.tail(40)
-        status, value, metrics, reason = classify(
-            exit_code=watch.exit_code, timed_out=watch.timed_out, oom_killed=oom,
-            interrupted=interrupted is not None or watch.stopped, out_dir=spec.out_dir, log_tail=tail,
-            metric=spec.metric, metric_pattern=spec.metric_pattern,
-            metrics_pattern=spec.metrics_pattern, result_file=spec.result_file, metric_required=spec.metric_required, log_text=log.tail(None))
-        result = RunResult(
-            status=status, exit_code=watch.exit_code, metric=value, metrics=metrics,
-            duration_s=round(duration, 3), peak_memory_mb=round(max(peaks), 1) if peaks else None,
-            log_path=log.path, log_tail=tail, backend=self.name, started_at=started_at,
-            ended_at=utc_now(), reason=reason,
-            sandbox={**_run_facts(iso, spec, memory_by, cgroup), "run_id": run_id,
-                     "workdir": mode, "stray_processes_killed": strays,
-                     "log_bytes": log.total_bytes, "log_elided_bytes": log.elided_bytes},
+        result = run_result(
+            spec, log, exit_code=watch.exit_code, timed_out=watch.timed_out, oom_killed=oom,
+            interrupted=interrupted is not None or watch.stopped, duration_s=duration,
+            peak_memory_mb=round(max(peaks), 1) if peaks else None, backend=self.name, started_at=started_at,
+            sandbox={**_run_facts(iso, spec, memory_by, cgroup), "run_id": run_id, "workdir": mode,
+                     "stray_processes_killed": strays},
             written=written, work_dir=workdir.work_dir(run_dir) if mode != "read-only" else None,
             hidden_read=hidden_read, hidden_enforced=hidden_enforced)
         if interrupted is not None:
-            interrupted.run_result = result  # type: ignore[attr-defined]
-            raise interrupted
+            raise RunInterrupted(result) from interrupted
         return result
 
     def workdir_mode(self, spec: RunSpec) -> str:

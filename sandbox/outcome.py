@@ -7,7 +7,7 @@ Two parts, both backend-neutral:
 - `classify` turns the facts a backend observed (exit code, timeout, OOM, interrupt) plus
   what the script left behind (`result.json`, the log's `key: value` summary, lines the
   program's `metric_pattern` matches) into exactly one `Status`, the metric, the metrics
-  dict and a one-line reason.
+  dict and a one-line reason; `run_result` makes that the backend's `RunResult`.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from sandbox.protocol import Status
+from sandbox.protocol import RunResult, RunSpec, Status
 
 RESULT_FILE = "result.json"
 MAX_RESULT_BYTES = 1_000_000   # a bigger result.json is treated as garbage (hostile or a bug)
@@ -366,3 +366,23 @@ def _as_float(value: Any) -> float | None:
         except ValueError:
             return None
     return None
+
+
+def run_result(spec: RunSpec, log: CappedLog, *, exit_code: int | None, timed_out: bool, oom_killed: bool,
+               interrupted: bool, duration_s: float, peak_memory_mb: float | None, backend: str,
+               started_at: str, sandbox: dict[str, Any], written: dict[str, int | None],
+               work_dir: Path | None, hidden_read: list[str], hidden_enforced: str) -> RunResult:
+    """How a finished (or killed) run ended, as every backend reports it: the status and metric
+    from `classify` over its out folder and log, the figures the backend measured."""
+    tail = log.tail(40)
+    status, metric, metrics, reason = classify(
+        exit_code=exit_code, timed_out=timed_out, oom_killed=oom_killed, interrupted=interrupted,
+        out_dir=spec.out_dir, log_tail=tail, metric=spec.metric, metric_pattern=spec.metric_pattern,
+        metrics_pattern=spec.metrics_pattern, result_file=spec.result_file,
+        metric_required=spec.metric_required, log_text=log.tail(None))
+    return RunResult(status=status, exit_code=exit_code, metric=metric, metrics=metrics,
+                     duration_s=round(duration_s, 3), peak_memory_mb=peak_memory_mb, log_path=log.path,
+                     log_tail=tail, backend=backend, started_at=started_at, ended_at=utc_now(),
+                     reason=reason, sandbox={**sandbox, "log_bytes": log.total_bytes,
+                                             "log_elided_bytes": log.elided_bytes},
+                     written=written, work_dir=work_dir, hidden_read=hidden_read, hidden_enforced=hidden_enforced)

@@ -219,6 +219,16 @@ class RunResult:
         return data
 
 
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a run: a runner raises it once the run is killed and cleaned up, carrying
+    the run's INTERRUPTED `RunResult` for the caller to record (it is still a
+    KeyboardInterrupt to everyone else)."""
+
+    def __init__(self, result: RunResult) -> None:
+        super().__init__("interrupted while a run went")
+        self.result = result
+
+
 OnOutput = Callable[[str], None]
 """Called with each line the run prints (decoded leniently), for progress displays."""
 

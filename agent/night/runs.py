@@ -34,7 +34,7 @@ from cluster.execute import execute
 from cluster.protocol import Job, Outcome, Slot
 from sandbox import Limits, Runner, RunResult, RunSpec, Status
 from sandbox.digest import digest_files
-from sandbox.protocol import DataMount
+from sandbox.protocol import DataMount, RunInterrupted
 
 MAX_DIFF_CHARS = 1_000_000   # a diff larger than this is left to git (the commit pins it anyway)
 
@@ -294,8 +294,8 @@ class RunExecutor:
                 on_output(line)
         try:
             outcome = execute(self.runner, job, WHOLE_MACHINE, stop, lines)
-        except KeyboardInterrupt as interrupt:
-            result = getattr(interrupt, "run_result", None)
+        except KeyboardInterrupt as interrupt:   # a RunInterrupted carries the run's result
+            result = interrupt.result if isinstance(interrupt, RunInterrupted) else None
             self.finish(job, Outcome(job.run_id, 0, result, error="interrupted by the user")
                         if result else Outcome(job.run_id, 0, None, error="interrupted by the user"),
                         curve=curves.finish(job.run_id))

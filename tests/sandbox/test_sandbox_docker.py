@@ -21,7 +21,7 @@ from pathlib import Path
 from tests import hostile
 import pytest
 
-from sandbox.protocol import Limits, RunSpec, SandboxUnavailable, Status
+from sandbox.protocol import Limits, RunInterrupted, RunSpec, SandboxUnavailable, Status
 
 pytestmark = pytest.mark.docker
 
@@ -268,10 +268,10 @@ def test_ctrl_c_removes_the_container_and_reraises(runner, make_spec, ctrl_c_rai
     spec = make_spec("import time; time.sleep(600)", budget_s=60)    # a missed Ctrl-C ends at 60 s
     timer = threading.Timer(2.0, lambda: os.kill(os.getpid(), signal.SIGINT))
     timer.start()
-    with pytest.raises(KeyboardInterrupt) as caught:
+    with pytest.raises(RunInterrupted) as caught:   # a KeyboardInterrupt carrying its result
         runner.run(spec)
     timer.cancel()
-    assert caught.value.run_result.status is Status.INTERRUPTED
+    assert caught.value.result.status is Status.INTERRUPTED
     assert_next_run_is_normal(runner, make_spec)
 
 

@@ -22,7 +22,7 @@ import pytest
 
 from sandbox.isolation import Isolation
 from sandbox.local import MARKER, LocalRunner, _marked_pids
-from sandbox.protocol import HeldOut, HiddenFile, Limits, RunResult, RunSpec, Status
+from sandbox.protocol import HeldOut, HiddenFile, Limits, RunInterrupted, RunResult, RunSpec, Status
 
 
 @pytest.fixture(scope="module")
@@ -224,9 +224,9 @@ def test_keyboard_interrupt_kills_tree_and_reraises_with_result(runner, hostile_
             timers.append(threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)))
             timers[0].start()
 
-    with pytest.raises(KeyboardInterrupt) as caught:
+    with pytest.raises(RunInterrupted) as caught:   # a KeyboardInterrupt carrying its result
         runner.run(hostile_spec("sleep", budget_s=60), on_output=interrupt_once_running)
-    result = caught.value.run_result
+    result = caught.value.result
     assert result.status == Status.INTERRUPTED and "sleeping" in result.log_path.read_text()
     assert_clean(result)
     assert_next_run_is_normal(runner, hostile_spec)
