@@ -53,7 +53,7 @@ def replay(
     """
     from agent.night.lock import TagLocked
     from agent.program import parse_duration
-    from agent.review.replay import ReplaySettings, build_replayer, plan_targets
+    from agent.review.replay import FullScaleRuns, build_replayer, plan_targets
     from agent.workspace.repo import WorkspaceError
     from sandbox import SandboxUnavailable
 
@@ -67,7 +67,7 @@ def replay(
         budget_s = parse_duration(budget) if budget else prog.full_scale.budget_s
     except Exception:
         raise fail(f"--budget {budget!r}: expected a duration like 120s or 10m.") from None
-    settings = ReplaySettings(budget_s=budget_s, seeds=tuple(range(seeds or prog.full_scale.seeds)),
+    settings = FullScaleRuns(budget_s=budget_s, seeds=tuple(range(seeds or prog.full_scale.seeds)),
                               split=split)
     try:
         replayer, workspace = build_replayer(prog, tag, settings, sandbox=sandbox or prog.sandbox,
@@ -175,8 +175,8 @@ def ablate(
     `serve`."""
     from agent.night.lock import TagLocked
     from agent.program import parse_duration
-    from agent.review.ablate import (ABLATION_SEEDS, AblationError, AblationSettings,
-                                     build_ablator)
+    from agent.review.ablate import ABLATION_SEEDS, AblationError, build_ablator
+    from agent.review.replay import FullScaleRuns
     from agent.workspace.repo import WorkspaceError
     from cluster.protocol import ClusterUnavailable
     from sandbox import SandboxUnavailable
@@ -188,7 +188,7 @@ def ablate(
     except Exception:
         raise fail(f"--budget {budget!r}: expected a duration like 120s or 10m.") from None
     count = seeds or prog.full_scale.seeds
-    settings = AblationSettings(budget_s=budget_s,
+    settings = FullScaleRuns(budget_s=budget_s,
                                 seeds=tuple(range(ABLATION_SEEDS, ABLATION_SEEDS + count)))
     try:
         assembled = build_ablator(prog, tag, settings, sandbox=sandbox or prog.sandbox,

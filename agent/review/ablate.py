@@ -37,7 +37,7 @@ from agent.record.events import (AblationChange, AblationPlanned, AblationRun, A
 from agent.record.ledger import LEDGER_FILE, Ledger
 from agent.record.state import LoopState
 from agent.review.contributions import leave_one_out
-from agent.review.replay import dated_id, new_dated_dir
+from agent.review.replay import FullScaleRuns, dated_id, new_dated_dir
 from agent.workspace.merge import three_way_merge
 from agent.workspace.repo import Workspace
 from cluster.protocol import Job, OnDone, Outcome, Slot, Workers
@@ -49,13 +49,6 @@ ABORT_WAIT_S = 30.0
 
 class AblationError(RuntimeError):
     """Nothing to ablate, or the tag cannot be ablated as it is; the message says why."""
-
-
-@dataclass(frozen=True)
-class AblationSettings:
-    budget_s: float
-    seeds: tuple[int, ...]
-    split: str = "val"
 
 
 @dataclass(frozen=True)
@@ -127,7 +120,7 @@ class Ablator:
     on_event: Callable[[Event], None] = lambda event: None
     events: list[Event] = field(default_factory=list)   # what this ablation recorded
 
-    def ablate(self, variants: Sequence[Variant], settings: AblationSettings) -> AblationSummary:
+    def ablate(self, variants: Sequence[Variant], settings: FullScaleRuns) -> AblationSummary:
         """Run every runnable variant on every seed, then record each change's contribution
         and the summary; returns the summary event. Ctrl-C ends the runs in flight (recorded
         as interrupted) and propagates; the events recorded so far stay."""
@@ -144,7 +137,7 @@ class Ablator:
     # ---- running ---------------------------------------------------------------------------
 
     def _run_all(self, variants: Sequence[Variant],
-                 settings: AblationSettings) -> dict[str, dict[int, float]]:
+                 settings: FullScaleRuns) -> dict[str, dict[int, float]]:
         """variant name -> seed -> metric of its OK runs."""
         todo = [(seed, variant) for seed in settings.seeds for variant in variants]
         values: dict[str, dict[int, float]] = {v.name: {} for v in variants}
@@ -208,7 +201,7 @@ class Ablator:
     # ---- recording -------------------------------------------------------------------------
 
     def _record_results(self, variants: Sequence[Variant], values: dict[str, dict[int, float]],
-                        settings: AblationSettings) -> AblationSummary:
+                        settings: FullScaleRuns) -> AblationSummary:
         changes = [v for v in variants if v.experiment]
         measured = [v for v in changes if v.commit is not None and values.get(v.name)]
         found = leave_one_out(values.get("incumbent", {}), values.get("base", {}),
@@ -269,7 +262,7 @@ class Assembled:
         self.lock.release()
 
 
-def build_ablator(program: Program, tag: str, settings: AblationSettings, *, sandbox: str,
+def build_ablator(program: Program, tag: str, settings: FullScaleRuns, *, sandbox: str,
                   on_event: Callable[[Event], None] = lambda event: None, runner: Any = None,
                   gpus: list[int] | None = None) -> Assembled:
     """Assemble an ablation of `tag` the way `nightshift run` assembles a night (the same

@@ -53,7 +53,10 @@ REPLAYS_DIR = "replays"
 
 
 @dataclass(frozen=True)
-class ReplaySettings:
+class FullScaleRuns:
+    """How the morning's commands run commits at full scale (replay, ablate): the budget, the
+    seeds, and the split scored."""
+
     budget_s: float
     seeds: tuple[int, ...]
     split: str = "val"
@@ -162,7 +165,7 @@ class Replayer:
     events: list[Replay] = field(default_factory=list)   # what this replay recorded, in order
     warnings: list[str] = field(default_factory=list)    # settings no run will see (unexpressed_changes)
 
-    def replay(self, targets: Sequence[Target], settings: ReplaySettings) -> ReplaySummary:
+    def replay(self, targets: Sequence[Target], settings: FullScaleRuns) -> ReplaySummary:
         """Run every target on every seed (seed-major, so slow drift of the machine hits all
         commits alike), record the events, and return the summary event."""
         values: dict[str, dict[int, float]] = {t.commit: {} for t in targets}
@@ -198,12 +201,12 @@ class Replayer:
             not_reproduced=tuple(r.commit for r in rows if r.reproduce.get("reproduced") is False),
             env_changed=any(r.env_changed for r in rows)))
 
-    def _same_scale(self, settings: ReplaySettings) -> bool:
+    def _same_scale(self, settings: FullScaleRuns) -> bool:
         return (settings.split == self.original_split and self.original_budget_s is not None
                 and math.isclose(settings.budget_s, self.original_budget_s))
 
     def _commit_event(self, target: Target, values: dict[str, dict[int, float]],
-                      found: list[dict[str, Any]], settings: ReplaySettings) -> ReplayCommit:
+                      found: list[dict[str, Any]], settings: FullScaleRuns) -> ReplayCommit:
         mine = values[target.commit]
         reference = self.state.reference(target.commit)
         original = reference or self.state.ok_values(target.commit)
@@ -269,7 +272,7 @@ class ReplayRefused(ValueError):
     """The replay asks for a change the command cannot pass on to the script."""
 
 
-def unexpressed_changes(command: str, settings: ReplaySettings, original_budget_s: float | None,
+def unexpressed_changes(command: str, settings: FullScaleRuns, original_budget_s: float | None,
                         reads: Callable[[str], bool]) -> tuple[list[str], list[str]]:
     """(refusals, warnings): what `settings` changes from the night that no run would see.
     A script learns its split and budget from `{split}`/`{budget_s}` in the command or from
@@ -322,7 +325,7 @@ def dated_id() -> str:
         "-" + uuid.uuid4().hex[:4]
 
 
-def build_replayer(program: Program, tag: str, settings: ReplaySettings, *, sandbox: str,
+def build_replayer(program: Program, tag: str, settings: FullScaleRuns, *, sandbox: str,
                    on_event: Callable[[Replay], None] = lambda event: None,
                    runner: Any = None) -> tuple[Replayer, Workspace]:
     """Assemble a Replayer for `tag` of `program` the way `nightshift run` assembles a loop

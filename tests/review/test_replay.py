@@ -13,7 +13,7 @@ from agent.record.events import (Decision, DecisionMade, ExperimentProposed, Loo
 from agent.record.ledger import Ledger, read_events
 from agent.record.state import fold
 from agent.program import load_program
-from agent.review.replay import (ReplaySettings, build_replayer, paired_effect, plan_targets,
+from agent.review.replay import (FullScaleRuns, build_replayer, paired_effect, plan_targets,
                           reproduction, spearman)
 from agent.night.runs import RunExecutor, RunPlan
 from agent.night.data import prepare_data
@@ -128,7 +128,7 @@ def test_plan_targets_puts_the_base_first_and_adds_parents(night):
 
 
 def test_replay_at_the_same_scale_reproduces_a_deterministic_night(night):
-    summary, replayer = replay(night, ReplaySettings(budget_s=5.0, seeds=(0, 1, 2)))
+    summary, replayer = replay(night, FullScaleRuns(budget_s=5.0, seeds=(0, 1, 2)))
     assert summary["reproduce"] is True
     assert set(summary["reproduced"]) == {night["base"], night["candidate"]}
     assert summary["not_reproduced"] == [] and summary["env_changed"] is False
@@ -149,7 +149,7 @@ def test_replay_at_the_same_scale_reproduces_a_deterministic_night(night):
 
 
 def test_scale_up_reports_proxy_and_full_effects_and_no_reproduction_verdict(night):
-    summary, _ = replay(night, ReplaySettings(budget_s=7.0, seeds=(0, 1), split="val"))
+    summary, _ = replay(night, FullScaleRuns(budget_s=7.0, seeds=(0, 1), split="val"))
     assert summary["reproduce"] is False
     kept = commit_events(night, summary["replay_id"])[night["candidate"]]
     assert kept["reproduce"]["reproduced"] is None
@@ -169,7 +169,7 @@ def test_a_changed_environment_is_flagged_with_the_fields_that_differ(night):
         record["environment"]["torch"] = "1.0.0-night"
         record["data_meta"]["corpus_hash"] = "deadbeef"
         path.write_text(json.dumps(record))
-    summary, _ = replay(night, ReplaySettings(budget_s=5.0, seeds=(0,)), kept=False,
+    summary, _ = replay(night, FullScaleRuns(budget_s=5.0, seeds=(0,)), kept=False,
                         commits=[night["candidate"]])
     assert summary["env_changed"] is True
     event = commit_events(night, summary["replay_id"])[night["candidate"]]
@@ -227,7 +227,7 @@ def test_what_a_replay_asks_for_is_checked_against_what_the_command_passes_on():
     from agent.review.replay import unexpressed_changes
 
     nothing = lambda name: False                     # noqa: E731 - no file reads the variables
-    test_split = ReplaySettings(budget_s=600.0, seeds=(0,), split="test")
+    test_split = FullScaleRuns(budget_s=600.0, seeds=(0,), split="test")
     refusals, warnings = unexpressed_changes("python train.py", test_split, 60.0, nothing)
     assert len(refusals) == 1 and refusals[0].startswith("--split test:")
     assert len(warnings) == 1 and warnings[0].startswith("--budget 600s: the command has no {budget_s}")
@@ -236,5 +236,5 @@ def test_what_a_replay_asks_for_is_checked_against_what_the_command_passes_on():
                                nothing) == ([], [])
     assert unexpressed_changes("python train/train.py", test_split, 60.0,
                                lambda name: name.startswith("NIGHTSHIFT_")) == ([], [])   # the bundled one
-    same = ReplaySettings(budget_s=60.0, seeds=(0,))
+    same = FullScaleRuns(budget_s=60.0, seeds=(0,))
     assert unexpressed_changes("python train.py", same, 60.0, nothing) == ([], [])
