@@ -34,8 +34,9 @@ import numpy as np
 
 from agent.decide import noise as noise_module
 from agent.decide.decision import Evidence, RunMore
-from agent.decide.early_stop import (PRIOR, EarlyStopSettings, FinishedPair, Prior, Stop,
-                                     judge, loss_before)
+from agent.decide.curve_forecast import PRIOR, Prior
+from agent.decide.early_stop import (EarlyStopSettings, FinishedPair, Stop, curve_noise, judge,
+                                     loss_before)
 from agent.decide.sequential import SequentialRule
 from agent.record.curves import Curve, CurvePoint
 from agent.record.events import Decision, Verdict
@@ -212,8 +213,10 @@ def night(stopper: str, workers: int, draw, world, rng: np.random.Generator, cur
             step = rule.next(evidence(cand, {**cand.values, run.seed: inc_final - gap}))
             return isinstance(step, Decision) and step.verdict is Verdict.DISCARD
 
-        verdict = judge(mine, theirs, pairs, settings, scale=scale or 0.0, now=checkpoint,
-                        loses=loses, prior=prior)
+        spread = curve_noise([[r.curve for (c, _), r in finished.items() if c == commit]
+                              for commit in {c for c, _ in finished}], settings.checkpoints)
+        verdict = judge(mine, theirs, pairs, settings, scale=scale or 0.0, noise=spread,
+                        now=checkpoint, loses=loses, prior=prior)
         result.unpaired += type(verdict).__name__ == "CannotPair"
         return isinstance(verdict, Stop)
 
