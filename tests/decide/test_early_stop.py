@@ -89,6 +89,18 @@ def test_nothing_stops_before_the_night_has_measured_the_spread_of_its_curves():
         assert isinstance(result, Continue) and "spread of curves" in result.reason
 
 
+def test_a_night_whose_pairs_show_another_slope_leaves_the_measured_one():
+    # A seeded step-budgeted script: final differences far narrower than its curves' spread
+    # across seeds, so in noise units a gap carries over six for one, not one. Ten pairs say so.
+    rng = np.random.default_rng(6)
+    pairs = [(x, 6 * x + rng.normal(0, 0.3)) for x in rng.normal(0, 1, 10)]
+    ahead = forecast(1.0, 0.5, pairs, gap_unit=1.0, final_unit=1.0, tail=0.01 / 3)
+    assert 5 < ahead.predicted < 7 and ahead.interval[0] > 3
+    # with the prior alone, one for one; its lower end still counts most of a large gap
+    alone = forecast(-10.0, 0.5, [], gap_unit=1.0, final_unit=1.0, tail=0.01 / 3)
+    assert -10.5 < alone.predicted < -9.5 and alone.bound < -3
+
+
 def test_the_spread_of_curves_is_pooled_within_commits():
     rng = np.random.default_rng(8)
     one = [curve(noise=0.0).upto(1.0)] + [curve(shift=rng.normal(0, 0.1)) for _ in range(5)]
