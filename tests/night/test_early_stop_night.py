@@ -6,6 +6,9 @@ that crosses late is not stopped, an incumbent run is never stopped, a curve tha
 paired is recorded as such, a kill -9 in the middle of an early stop resumes to the same
 fold, and with four workers a worker freed by a stop takes the next run at once.
 
+Then the bundled train.py itself, at a short budget: issue 29's loser (the learning rate at the
+bottom of its range), the night's first candidate, stops at the first checkpoint.
+
 One night prints train.py's step lines, the other nanoGPT's `iter N: loss X` through program.md's
 `metrics_pattern`. The toy: each run's own luck shows on its curve as it trains (seeds share nothing, as on
 the CPU proxy), a candidate's change shows from the start and grows; the night's first
@@ -24,7 +27,7 @@ import pytest
 from agent.record.events import Role, RunFinished, Verdict
 from sandbox import Status
 from tests.breakit.common import check_night, leftovers
-from tests.loop_helpers import cli_env, loop_state, make_repo, nightshift
+from tests.loop_helpers import cli_env, loop_state, make_repo, nightshift, project_repo
 
 pytestmark = pytest.mark.slow
 
@@ -250,3 +253,22 @@ def test_with_four_workers_a_worker_freed_by_a_stop_takes_the_next_run_at_once(t
         if at_once and later and not as_one_ended:
             assert following.started < max(r.ended for r in later)
     assert checked, "no worker freed by a stop began its next run within a second"
+
+
+def test_the_bundled_train_py_stops_issue_29s_loser_at_the_first_checkpoint(tmp_path):
+    # The first candidate of a night, before any pair: the learning rate 100 times lower.
+    # At 25 % of an 8-s budget its loss is about 1.8 above the incumbent's run on the seed,
+    # tens of times the spread of the three baseline runs' curves there.
+    repo = project_repo(tmp_path / "user", budget="8s", grace="90s", sandbox="local",
+                        researcher="scripted", seeds="{baseline: 3, screen: 1, max: 2, repeat: 0}")
+    (tmp_path / "script.json").write_text(json.dumps([{"knobs": {"LR": 1e-4}, "description": "LR at the bottom"}]))
+    done = nightshift(repo, "run", "--tag", "lr", "--script", str(tmp_path / "script.json"),
+                      "--max-experiments", "1", env=cli_env(tmp_path / "data"))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    state = loop_state(repo, "lr")
+    (experiment,) = state.experiments.values()
+    (stop,) = state.early_stops.values()
+    assert stop.experiment == experiment.id and experiment.verdict == Verdict.DISCARD
+    assert stop.checkpoint == 0.25 and stop.pairs == 0 and stop.partner == "same seed"
+    assert stop.gap < -1.0 and stop.bound < 0 and stop.reached < 0.5
+    assert experiment.decision.decision.rule == "early_stop"
