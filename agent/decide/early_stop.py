@@ -6,7 +6,7 @@ two curves, `incumbent loss − candidate loss` averaged over the last stretch b
 checkpoint, predicts the candidate's final improvement on this seed (metric units, positive
 = better) through a line fitted to the night's finished pairs at that checkpoint, shrunk
 toward a prior measured on real curves (agent/decide/curve_forecast.py). Both are in units
-of noise: the gap in the spread of a same-seed gap when nothing changed (the night's
+of noise: the gap in √2 × the spread of a run's loss there across seeds (the night's
 reference curves measure it, `CurveNoise`), the final in the spread of a final same-seed
 difference. So a gap many times the noise of curves stops its run at the first checkpoint,
 before the night has finished a single pair, and smaller gaps stop once the night's own
@@ -17,9 +17,9 @@ ends the candidate (by default: worse than the incumbent on this seed; the loop 
 keep rule whether a run ending there would discard the candidate). The end is a one-sided
 bound at `confidence`, split over the checkpoints (Bonferroni), so that a run that would
 not have lost is stopped with probability at most 1 − confidence over the whole run, if the
-line fits. Two guards against curves that cross late: a gap closing fast enough to
-cross before the end is never stopped (its trend since the checkpoint before, or since half
-of the first one), and curves that cannot be compared are not paired (`CannotPair`, with
+line fits. Two guards against curves that cross late: a gap closing fast enough to come
+within a noise unit of crossing before the end is never stopped (its trend since the
+checkpoint before, or since half of the first one), and curves that cannot be compared are not paired (`CannotPair`, with
 why: no progress lines, a different batch shape or step count, a different learning-rate
 schedule). Nor is any run judged before the night has measured the spread of its curves
 (runs of a commit on three seeds: the baseline's).
