@@ -34,8 +34,8 @@ import numpy as np
 
 from agent.decide import noise as noise_module
 from agent.decide.decision import Evidence, RunMore
-from agent.decide.early_stop import (PRIOR, EarlyStopSettings, FinishedPair, Prior, Stop,
-                                     judge, loss_before)
+from agent.decide.curve_forecast import PRIOR, CurveNoise, Prior, pooled_curve_noise
+from agent.decide.early_stop import EarlyStopSettings, FinishedPair, Stop, judge, loss_before
 from agent.decide.sequential import SequentialRule
 from agent.record.curves import Curve, CurvePoint
 from agent.record.events import Decision, Verdict
@@ -121,6 +121,8 @@ def night(stopper: str, workers: int, draw, world, rng: np.random.Generator, cur
     groups: dict[int, list[float]] = {}
     pairs: list[FinishedPair] = []
     paired: set[tuple[int, int]] = set()
+    losses: dict[int, dict[float, list[float]]] = {}     # commit -> checkpoint -> its runs' losses
+    spread: list = [-1, CurveNoise({})]
     waiting_reapply: list[float] = []
     study = _study() if stopper == "median" else None
     schedule_of = {0: warmdown(0.4)}
@@ -212,10 +214,18 @@ def night(stopper: str, workers: int, draw, world, rng: np.random.Generator, cur
             step = rule.next(evidence(cand, {**cand.values, run.seed: inc_final - gap}))
             return isinstance(step, Decision) and step.verdict is Verdict.DISCARD
 
-        verdict = judge(mine, theirs, pairs, settings, scale=scale or 0.0, now=checkpoint,
-                        loses=loses, prior=prior)
+        verdict = judge(mine, theirs, pairs, settings, scale=scale or 0.0, noise=curve_spread(),
+                        now=checkpoint, loses=loses, prior=prior)
         result.unpaired += type(verdict).__name__ == "CannotPair"
         return isinstance(verdict, Stop)
+
+    def curve_spread() -> CurveNoise:
+        """The spread of the finished runs' curves across seeds, within commits (as the night's
+        agent/night/early_stops.py measures it), recomputed when a run has finished."""
+        if spread[0] != len(finished):
+            spread[:] = [len(finished), pooled_curve_noise(
+                {c: [by_checkpoint[c] for by_checkpoint in losses.values()] for c in settings.checkpoints})]
+        return spread[1]
 
     def partner_of(seed: int) -> tuple[Curve | None, float | None]:
         """What a candidate run on `seed` is compared with: the incumbent's run on that seed
@@ -327,6 +337,9 @@ def night(stopper: str, workers: int, draw, world, rng: np.random.Generator, cur
         if run.candidate:
             result.candidate_time += run.length
         table.setdefault(key[0], {}).setdefault(key[1], run.final)
+        for c in settings.checkpoints:
+            if (x := loss_before(run.curve, c)) is not None:
+                losses.setdefault(key[0], {k: [] for k in settings.checkpoints})[c].append(x)
         groups.setdefault(key[0], []).append(run.final)
         if key[0] == incumbent:
             reference.setdefault(key[1], run.final)

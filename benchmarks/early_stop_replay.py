@@ -1,7 +1,7 @@
 """Early stopping replayed on recorded pairs of real runs: what it saves and what it loses.
 
     python benchmarks/early_stop_replay.py PAIRS.jsonl [--confidence 0.99] [--checkpoints 0.25 0.5 0.75]
-                                           [--orders 20] [--prior-pairs 4] [--prior-residual 1] [--sweep]
+                                           [--orders 20] [--prior-pairs 4] [--cross]
     python benchmarks/early_stop_replay.py --synthetic OUT.jsonl [--pairs 60] [--seed 0]
 
 PAIRS.jsonl holds one pair a line, in the order the runs finished (a night's order): a
@@ -15,7 +15,8 @@ candidate run and its incumbent's run on the same seed, both run to their full b
 
 `points` are [budget fraction, step, training loss, learning rate or null] (the bundled
 train.py's step lines through sandbox/progress.py and agent/record/curves.py: fraction =
-`elapsed` / budget); `final` is the run's metric; `run_s` its wall time, start-up and
+`elapsed` / budget; a step-budgeted script's steps over the incumbent's, as
+benchmarks/collect_nanogpt_curves.py writes them); `final` is the run's metric; `run_s` its wall time, start-up and
 evaluation included (optional: without it a run counts as one unit, 0.1 of it start-up, 0.8
 training, 0.1 evaluation), and with `train_s`, `export_s`, `eval_s` (the training loop, the
 model's export, the evaluation step: benchmarks/collect_curves.py writes them) a stop at f
@@ -24,31 +25,35 @@ nothing that matters (a whitespace edit, a renamed variable), for the false-keep
 `change` is free text.
 
 Each pair is replayed as a night would meet it: the early-stop rule judges the candidate's
-curve at each checkpoint against the incumbent's, calibrated on the pairs before it only, and
-the pair then joins the calibration. The candidate's fate without early stopping is the
-keep rule's screen on this one seed: discarded when its final improvement is at most
-`futility` (0.75) times the spread of a final same-seed difference, which is also what a
-stop must be sure of. Printed: run time per discarded candidate without and with early
-stopping, the candidates that passed the screen but were stopped (real wins lost: a
-conservative count, since more candidates pass a one-seed screen than are kept), and the
-null pairs that pass the screen (false keeps) without and with it; early stopping can only
-remove candidates, so that last figure cannot grow. With `--orders N` every figure is the
-mean over N shuffles of the pairs (the first is the file's order): which pairs calibrate the
-rule before a given one depends on the order, and one order is one draw of it.
+curve at each checkpoint (as the night has it then: up to the first point past it) against
+the incumbent's, calibrated on the pairs before it only, and the pair then joins the
+calibration. What the night measures before its first candidate, the spread of the
+incumbent's curves and finals across seeds, comes from the file's incumbent runs (one a seed).
+The candidate's fate without early stopping is the keep rule's screen on this one seed:
+discarded when its final improvement is at most `futility` (0.75) times the spread of the
+final differences of the pairs so far (none before three pairs, and no stop either), which
+is also what a stop must be sure of. Printed: run time per discarded candidate without and
+with early stopping, and what that is of the most a rule could save (every candidate the
+screen discards stopped at the first checkpoint if its curve can be compared, as if the rule
+knew the answer); the candidates that passed the screen but were stopped (real wins lost: a
+conservative count, since more candidates pass a one-seed screen than are kept), and the null
+pairs that pass the screen (false keeps) without and with it; early stopping can only remove
+candidates, so that last figure cannot grow. With `--orders N` every figure is the mean over N
+shuffles of the pairs (the first is the file's order): which pairs calibrate the rule before a
+given one depends on the order, and one order is one draw of it.
 
-How telling the curves are, first: at each checkpoint, the least-squares line of the final
-improvement on the loss gap over all pairs that can be compared (same batch shape and
-schedule), its R², and its residual as a share of the final gaps' size (root mean square):
-the prior says 1.0 (a gap tells nothing; on the real pairs of benchmarks/paired_curves.jsonl
-the 25 % checkpoint showed 0.56); `--prior-residual` and `--prior-pairs` (how many pairs it
-is worth) change it, and `--sweep` replays a grid of both, which is how the prior of
-agent/decide/early_stop.py is measured. Then the most any rule could save: every candidate
-the screen discards stopped at one checkpoint if its curve can be compared, as if the rule
-knew the answer: the ceiling the target is to be read against.
+How telling the curves are, first (benchmarks/curve_prior.py): at each checkpoint, the
+least-squares line of the final improvement on the loss gap, in the rule's noise units, over
+the pairs that can be compared (same batch shape and schedule), and the prior of
+agent/decide/curve_forecast.py beside it; the default prior was measured that way on
+benchmarks/paired_curves.jsonl. So that the figures are not read only on the pairs the prior
+was measured on, `--cross` also measures a prior on the pairs of half the seeds and replays
+the other half with it, both ways.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import statistics
@@ -59,9 +64,11 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from agent.decide.early_stop import (PRIOR, EarlyStopSettings, FinishedPair, Prior, Stop,  # noqa: E402
+from agent.decide.curve_forecast import PRIOR, CurveNoise, Prior  # noqa: E402
+from agent.decide.early_stop import (EarlyStopSettings, FinishedPair, Stop, curve_noise,  # noqa: E402
                                      judge, why_unpaired)
 from agent.record.curves import Curve, CurvePoint  # noqa: E402
+from benchmarks import curve_prior  # noqa: E402
 
 START, TRAIN = 0.1, 0.8      # a run's time without run_s: start-up, training, evaluation
 FUTILITY = 0.75              # the screen's futility boundary, in sds of a paired difference
@@ -89,6 +96,25 @@ class Pair:
     improvement: float        # the candidate's final improvement, in the metric's direction
     null: bool
     change: str
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """What a night measures before its first candidate, from the incumbent's runs: here the
+    file's incumbent runs, one a seed (benchmarks/collect_curves.py runs one incumbent on every
+    seed), as the reference runs of one commit."""
+
+    scale: float              # the sd of a final same-seed difference: √2 × the finals' sd
+    noise: CurveNoise         # the spread of their curves at each checkpoint
+
+
+def baseline(pairs: list[Pair], settings: EarlyStopSettings) -> Baseline:
+    runs = list({pair.seed if pair.seed is not None else i: pair.incumbent
+                 for i, pair in enumerate(pairs)}.values())
+    finals = [run.final for run in runs]
+    scale = math.sqrt(2.0) * statistics.stdev(finals) if len(finals) >= 2 else 0.0
+    return Baseline(scale, curve_noise([[run.curve for run in runs]], settings.checkpoints))
 
 
 def read_pairs(path: Path) -> list[Pair]:
@@ -104,7 +130,7 @@ def read_pairs(path: Path) -> list[Pair]:
             raise FormatError(f"{path}:{number}: not a pair ({error!r}); each line needs "
                               f"candidate and incumbent with final and points (see --help)") from None
         pairs.append(Pair(cand, inc, sign * (cand.final - inc.final), bool(data.get("null")),
-                          str(data.get("change", ""))))
+                          str(data.get("change", "")), data.get("seed")))
     return pairs
 
 
@@ -120,22 +146,24 @@ def _run(data: dict) -> Run:
 def replay(pairs: list[Pair], settings: EarlyStopSettings, prior: Prior = PRIOR) -> dict:
     calibration: list[FinishedPair] = []
     rows = []
+    measured = baseline(pairs, settings)
     for pair in pairs:
         finals = [p.improvement for p in pairs[:len(rows)]]
-        # The spread of a final same-seed difference, from the pairs so far (real effects
-        # included: wider than the noise alone, so the stops are conservative).
-        scale = statistics.stdev(finals) if len(finals) >= MIN_SCALE_PAIRS else 0.0
-        bar = FUTILITY * scale
+        # The screen's bar: a spread of final differences from the pairs so far (real effects
+        # included: wider than the noise alone, so fewer candidates pass than a night's screen
+        # would let through); none before three pairs, and no stop either.
+        spread = statistics.stdev(finals) if len(finals) >= MIN_SCALE_PAIRS else 0.0
+        bar = FUTILITY * spread
         full = _cost(pair.candidate, 1.0)
         stopped_at = None
-        for checkpoint in settings.checkpoints:
-            verdict = judge(pair.candidate.curve.upto(checkpoint), pair.incumbent.curve,
-                            calibration, settings, scale=scale, now=checkpoint,
-                            loses=lambda g, bar=bar: g <= bar, prior=prior)
+        for checkpoint in settings.checkpoints if spread else ():
+            verdict = judge(read_at(pair.candidate.curve, checkpoint), pair.incumbent.curve,
+                            calibration, settings, scale=measured.scale, noise=measured.noise,
+                            now=checkpoint, loses=lambda g, bar=bar: g <= bar, prior=prior)
             if isinstance(verdict, Stop):
                 stopped_at = checkpoint
                 break
-        passes = scale > 0 and pair.improvement > bar
+        passes = spread > 0 and pair.improvement > bar
         rows.append({"passes": passes, "stopped": stopped_at, "null": pair.null,
                      "cost": full, "cost_early": full if stopped_at is None else
                      _cost(pair.candidate, stopped_at)})
@@ -156,6 +184,13 @@ def replay(pairs: list[Pair], settings: EarlyStopSettings, prior: Prior = PRIOR)
         "time_total_today": sum(r["cost"] for r in rows),
         "time_total_early": sum(r["cost_early"] for r in rows),
     }
+
+
+def read_at(curve: Curve, checkpoint: float) -> Curve:
+    """The curve as the night has it when it looks at `checkpoint`: up to the first point at
+    or past it (the line that crossed it woke the look, agent/night/live.py)."""
+    past = next((p.fraction for p in curve.points if p.fraction >= checkpoint), None)
+    return curve.upto(checkpoint if past is None else past)
 
 
 def _cost(run: Run, fraction: float) -> float:
@@ -179,56 +214,36 @@ def replays(pairs: list[Pair], settings: EarlyStopSettings, prior: Prior, orders
     return {key: float(np.mean([r[key] for r in results])) for key in results[0]}
 
 
-def telling(pairs: list[Pair], settings: EarlyStopSettings) -> list[str]:
-    """At each checkpoint: the line of final improvement on loss gap over the comparable
-    pairs, its R², and its residual as a share of the final gaps' root mean square."""
-    lines = []
-    for checkpoint in settings.checkpoints:
-        xs, ys = [], []
-        for pair in pairs:
-            if why_unpaired(pair.candidate.curve, pair.incumbent.curve, 1.0, settings):
-                continue
-            gap = FinishedPair.of(pair.candidate.curve, pair.incumbent.curve, pair.improvement,
-                                  (checkpoint,)).gaps.get(checkpoint)
-            if gap is not None:
-                xs.append(gap)
-                ys.append(pair.improvement)
-        if len(xs) < 3:
-            lines.append(f"  at {checkpoint:.0%}: {len(xs)} comparable pairs, too few for a line")
-            continue
-        x, y = np.array(xs), np.array(ys)
-        slope, intercept = np.polyfit(x, y, 1)
-        residual = y - (intercept + slope * x)
-        r2 = 1 - residual.var() / y.var() if y.var() > 0 else float("nan")
-        rms = float(np.sqrt(np.mean(y ** 2)))
-        lines.append(f"  at {checkpoint:.0%}: final = {intercept:+.4f} + {slope:.2f} x gap over {len(xs)} "
-                     f"pairs, R² {r2:.2f}, residual sd {residual.std(ddof=2):.4f} = "
-                     f"{residual.std(ddof=2) / rms:.2f} of the final gaps' size ({rms:.4f})")
-    return lines
+@dataclass(frozen=True)
+class Ceiling:
+    lines: list[str]
+    first: float          # the share saved stopping every comparable discard at the first checkpoint
 
 
-def ceilings(pairs: list[Pair], settings: EarlyStopSettings) -> list[str]:
+def ceilings(pairs: list[Pair], settings: EarlyStopSettings) -> Ceiling:
     """What a perfect rule would save: every candidate whose full run the one-seed screen
     discards, stopped at a checkpoint if its curve can be compared at all (unpaired curves
     run to the end whatever a rule knows), in the file's order and with all the pairs'
     spread as the screen's scale."""
     finals = [p.improvement for p in pairs]
     if len(finals) < MIN_SCALE_PAIRS:
-        return []
+        return Ceiling([], float("nan"))
     bar = FUTILITY * statistics.stdev(finals)
     discards = [p for p in pairs if p.improvement <= bar]
     if not discards:
-        return []
+        return Ceiling([], float("nan"))
     today = _mean(_cost(p.candidate, 1.0) for p in discards)
     comparable = [why_unpaired(p.candidate.curve, p.incumbent.curve, 1.0, settings) is None
                   for p in discards]
     lines = [f"the most a rule could save ({sum(comparable)} of {len(discards)} discards can be "
              f"compared): every comparable discard stopped at"]
+    saved = []
     for checkpoint in settings.checkpoints:
         early = _mean(_cost(p.candidate, checkpoint if ok else 1.0)
                       for p, ok in zip(discards, comparable))
-        lines.append(f"  {checkpoint:.0%}: {1 - early / today:.0%} less run time per discard")
-    return lines
+        saved.append(1 - early / today)
+        lines.append(f"  {checkpoint:.0%}: {saved[-1]:.0%} less run time per discard")
+    return Ceiling(lines, saved[0])
 
 
 def _mean(values) -> float:
@@ -272,11 +287,9 @@ def main(argv: list[str] | None = None) -> int:
                         default=list(EarlyStopSettings.checkpoints))
     parser.add_argument("--orders", type=int, default=1, help="average over this many orders of the pairs")
     parser.add_argument("--prior-pairs", type=float, default=PRIOR.pseudo_pairs,
-                        help="how many finished pairs the prior is worth")
-    parser.add_argument("--prior-residual", type=float, default=PRIOR.residual,
-                        help="the prior's residual, a share of the final gaps' size")
-    parser.add_argument("--sweep", action="store_true",
-                        help="replay a grid of prior settings (the way the default prior is measured)")
+                        help="how many finished pairs the prior's residual is worth")
+    parser.add_argument("--cross", action="store_true",
+                        help="also replay each half of the seeds with a prior measured on the other")
     parser.add_argument("--synthetic", type=Path, help="write a synthetic pairs file here instead")
     parser.add_argument("--pairs", dest="count", type=int, default=60)
     parser.add_argument("--seed", type=int, default=0)
@@ -293,45 +306,56 @@ def main(argv: list[str] | None = None) -> int:
         print(error, file=sys.stderr)
         return 2
     settings = EarlyStopSettings(checkpoints=tuple(args.checkpoints), confidence=args.confidence)
+    prior = dataclasses.replace(PRIOR, pseudo_pairs=args.prior_pairs)
     kinds = {"comparable": 0}
     for pair in pairs:
         why = why_unpaired(pair.candidate.curve, pair.incumbent.curve, 1.0, settings)
         key = why.split(" (")[0].split(":")[0] if why else "comparable"
         kinds[key] = kinds.get(key, 0) + 1
     print(f"{len(pairs)} pairs: " + ", ".join(f"{n} {k}" for k, n in kinds.items()))
-    print("how telling a mid-run gap is (least squares over every comparable pair):")
-    for line in telling(pairs, settings) + ceilings(pairs, settings):
+    measured = baseline(pairs, settings)
+    for line in curve_prior.describe(curve_prior.fit(pairs, settings, measured), measured, prior):
         print(line)
-    if args.sweep:
-        print(f"prior sweep, mean over {args.orders} orders: pairs it is worth x its residual")
-        print(f"  {'pairs':>5} {'resid':>5} {'less time/discard':>17} {'wins lost':>9} {'stopped':>7} {'false keeps':>11}")
-        for worth in (1.0, 2.0, 4.0, 8.0):
-            for residual in (0.5, 1.0):
-                r = replays(pairs, settings, Prior(residual=residual, pseudo_pairs=worth), args.orders)
-                less = 1 - r["time_per_discard_early"] / r["time_per_discard_today"]
-                print(f"  {worth:5g} {residual:5g} {less:17.0%} {r['wins_lost']:5.1f} of {r['passes']:<3.0f}"
-                      f"{r['stopped']:7.1f} {r['false_keeps_early']:5.1f} of {r['false_keeps_today']:.0f}")
-        print()
-    prior = Prior(residual=args.prior_residual, pseudo_pairs=args.prior_pairs)
+    ceiling = ceilings(pairs, settings)
+    for line in ceiling.lines:
+        print(line)
     r = replays(pairs, settings, prior, args.orders)
+    print(f"{r['pairs']:.0f} pairs from {args.pairs}; checkpoints {list(settings.checkpoints)}, "
+          f"confidence {settings.confidence:g}" + (f"; means over {args.orders} orders" if args.orders > 1 else ""))
+    for line in report(r, ceiling.first):
+        print(line)
+    if args.cross:
+        print("each half of the seeds replayed with a prior measured on the other half:")
+        halves = curve_prior.split(pairs)
+        for mine, other in (halves, halves[::-1]):
+            fitted = curve_prior.prior_from(curve_prior.fit(other, settings, baseline(other, settings)), prior)
+            residuals = ", ".join(f"{r:g}" for _, r in fitted.residuals)
+            print(f"  {len(mine)} pairs, prior from the other {len(other)}: slope {fitted.slope:g}, "
+                  f"residuals {residuals}")
+            for line in report(replays(mine, settings, fitted, args.orders),
+                               ceilings(mine, settings).first):
+                print("    " + line)
+    return 0
+
+
+def report(r: dict, ceiling: float) -> list[str]:
+    """What a replay saved and lost, against the most a rule could save (`ceiling`)."""
     less = 1 - r["time_per_discard_early"] / r["time_per_discard_today"] \
         if r["time_per_discard_today"] else float("nan")
     lost = r["wins_lost"] / r["passes"] if r["passes"] else float("nan")
-    print(f"{r['pairs']:.0f} pairs from {args.pairs}; checkpoints {list(settings.checkpoints)}, "
-          f"confidence {settings.confidence:g}; prior worth {prior.pseudo_pairs:g} pairs, residual "
-          f"{prior.residual:g}" + (f"; means over {args.orders} orders" if args.orders > 1 else ""))
-    print(f"run time per discarded candidate: {r['time_per_discard_today']:.1f} without early "
-          f"stopping, {r['time_per_discard_early']:.1f} with it ({less:.0%} less; target >= 40%)")
-    print(f"stopped early: {r['stopped']:.3g} of {r['pairs']:g}; run time of all candidates "
-          f"{r['time_total_today']:.0f} -> {r['time_total_early']:.0f}")
-    print(f"real wins lost: {r['wins_lost']:g} of {r['passes']:g} candidates that passed the screen "
-          f"({lost:.0%}; target <= 2%)")
-    print(f"false keeps (null pairs passing the screen): {r['false_keeps_today']:g} of "
-          f"{r['null_pairs']:g} without early stopping, {r['false_keeps_early']:g} with it "
-          f"(it can only remove candidates)")
+    lines = [f"run time per discarded candidate: {r['time_per_discard_today']:.1f} without early "
+             f"stopping, {r['time_per_discard_early']:.1f} with it ({less:.0%} less: {less / ceiling:.0%} "
+             f"of the most a rule could save; target >= 50%)",
+             f"stopped early: {r['stopped']:.3g} of {r['pairs']:g}; run time of all candidates "
+             f"{r['time_total_today']:.0f} -> {r['time_total_early']:.0f}",
+             f"real wins lost: {r['wins_lost']:g} of {r['passes']:g} candidates that passed the screen "
+             f"({lost:.0%}; target 0)",
+             f"false keeps (null pairs passing the screen): {r['false_keeps_today']:g} of "
+             f"{r['null_pairs']:g} without early stopping, {r['false_keeps_early']:g} with it "
+             f"(it can only remove candidates)"]
     if math.isnan(less):
-        print("(no discards to compare: too few pairs for the spread of a final difference)")
-    return 0
+        lines.append("(no discards to compare: too few pairs for the spread of a final difference)")
+    return lines
 
 
 if __name__ == "__main__":

@@ -10,7 +10,12 @@ Three shapes of progress line are understood, tried in this order on every line:
   `name value` pairs between commas);
 - a tqdm bar, `  5%|▌    | 100/2000 [00:08<02:30, 12.6it/s]` (the last `\\r` update of a line),
   which also says how many steps the run will take;
-- a Hugging Face Trainer log dict, `{'loss': 2.1, 'grad_norm': 0.8, 'learning_rate': 5e-05, 'epoch': 0.5}`.
+- a Hugging Face Trainer log dict, `{'loss': 2.1, 'grad_norm': 0.8, 'learning_rate': 5e-05, 'epoch': 0.5}`
+  (transformers 4.4x and later print its numbers as strings, `{'loss': '2.1', ...}`). It
+  names no step: it takes the step and total of the run's progress bar as last drawn (the
+  Trainer's bar counts optimizer steps and redraws at most every 0.1 s, so a few steps behind
+  at most). The Trainer's summary at the end of training (`train_runtime`, and `train_loss`
+  the mean over the whole run) is no point of the curve.
 
 `ProgressReader.feed(line)` returns a `ProgressPoint` for a progress line and None for any
 other. A `metrics_pattern` match without a step (a pattern that names only some figures of
@@ -30,6 +35,7 @@ from dataclasses import dataclass, field
 STEP_NAMES = ("step", "iter", "iteration", "it")
 LOSS_NAMES = ("loss", "train_loss")
 ELAPSED_NAMES = ("elapsed", "elapsed_s", "train_time", "train_seconds")
+SUMMARY_NAME = "train_runtime"   # a Trainer log dict that sums up the run, not a point of it
 
 _NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf"
 _STEP_LINE = re.compile(rf"^\s*step\s+(\d+)\s*((?:\|\s*[A-Za-z_][\w.]*\s*[:=]?\s*(?:{_NUMBER})\s*[a-z%]*\s*)*)$")
@@ -55,17 +61,18 @@ class ProgressReader:
 
     def __init__(self, metrics_pattern: str | None = None) -> None:
         self._pattern = re.compile(metrics_pattern) if metrics_pattern else None
+        self._bar: ProgressPoint | None = None      # the run's progress bar as last drawn
 
     def feed(self, line: str) -> ProgressPoint | None:
         updates = [part for part in line.split("\r") if part.strip()]
-        for update in reversed(updates):   # the latest update that says something
-            point = self._read(update)
-            if point is not None:
-                return point
-        return None
+        points = [point for update in updates if (point := self._read(update)) is not None]
+        return points[-1] if points else None      # the latest update that says something
 
     def _read(self, line: str) -> ProgressPoint | None:
-        shaped = _from_step_line(line) or _from_iter_line(line) or _from_tqdm(line) or _from_dict_line(line)
+        bar = _from_tqdm(line)
+        if bar is not None:
+            self._bar = bar
+        shaped = _from_step_line(line) or _from_iter_line(line) or bar or _from_dict_line(line, self._bar)
         pattern = self._from_pattern(line)
         if pattern is None:
             return shaped
@@ -128,7 +135,7 @@ def _from_tqdm(line: str) -> ProgressPoint | None:
     return _point(values)
 
 
-def _from_dict_line(line: str) -> ProgressPoint | None:
+def _from_dict_line(line: str, bar: ProgressPoint | None = None) -> ProgressPoint | None:
     text = line.strip()
     if not (text.startswith("{") and text.endswith("}") and "loss" in text) or len(text) > 4096:
         return None
@@ -136,11 +143,25 @@ def _from_dict_line(line: str) -> ProgressPoint | None:
         data = ast.literal_eval(text)   # literals only: a printed dict, never code
     except (ValueError, SyntaxError, MemoryError, RecursionError):
         return None
-    if not isinstance(data, dict):
+    if not isinstance(data, dict) or SUMMARY_NAME in data:
         return None
-    values = {str(k): float(v) for k, v in data.items()
-              if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    return _point(values) if any(name in values for name in LOSS_NAMES) else None
+    values = {str(k): number for k, v in data.items() if (number := _dict_number(v)) is not None}
+    if not any(name in values for name in LOSS_NAMES):
+        return None
+    if _first(values, STEP_NAMES) is None and bar is not None and bar.step is not None:
+        values = {**values, "step": float(bar.step), "total_steps": float(bar.total_steps or 0) or bar.step}
+    return _point(values)
+
+
+def _dict_number(value: object) -> float | None:
+    """A printed dict's number: an int or float, or a string that is one (`'2.1'`)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str) and re.fullmatch(_NUMBER, value.strip()):
+        return _number(value.strip())
+    return None
 
 
 def _point(values: dict[str, float]) -> ProgressPoint:

@@ -11,8 +11,9 @@ judged, nor are noise, replay or ablation runs, which never reach the night's sc
   Where the keep rule ran the incumbent on no such seed (it stops pairing on machines where
   seeds share nothing), the mean curve and mean value of the incumbent's reference runs.
 - **Calibrated on.** The night's finished pairs: every candidate run that ended OK with a
-  curve, against its incumbent's as above, derived from the ledger's state alone, so a resumed
-  night fits the same line.
+  curve, against its incumbent's as above, and the spread of its curves: every commit's runs
+  on two or more seeds (the incumbent's reference runs first), derived from the ledger's state
+  alone, so a resumed night fits the same line.
 - **What loses.** A run whose favourable forecast, ending there, would make the keep rule
   discard its candidate, asked of the rule itself with that value on this seed.
 - **What a stop is.** A `run_stopped_early` event, then the loop cancels the candidate's runs
@@ -29,8 +30,9 @@ from typing import Callable
 
 from agent.decide import noise
 from agent.decide.decision import DecisionRule, Evidence
-from agent.decide.early_stop import (PRIOR, CannotPair, EarlyStopSettings, FinishedPair, Prior,
-                                     Stop, judge)
+from agent.decide.curve_forecast import PRIOR, CurveNoise, Prior
+from agent.decide.early_stop import (CannotPair, EarlyStopSettings, FinishedPair, Stop, curve_noise,
+                                     judge)
 from agent.night.in_flight import InFlight
 from agent.record.curves import Curve, mean_curve
 from agent.record.events import (Decision, Role, RunFinished, RunStarted, RunStoppedEarly,
@@ -56,6 +58,7 @@ class EarlyStopping:
         self._judged: dict[str, int] = {}      # run_id -> checkpoints judged so far
         self._done: set[str] = set()           # runs never judged again (unpaired, stopped)
         self._pairs: tuple[int, list[FinishedPair]] = (-1, [])
+        self._noise: tuple[int, CurveNoise] = (-1, CurveNoise({}))
         self._means: dict[tuple[str, int], Partner | None] = {}
         # (commit, seed) -> the first OK reference run, and commit -> its OK reference runs,
         # as of `_indexed` runs of the state
@@ -114,7 +117,7 @@ class EarlyStopping:
 
         mine, theirs = aligned(curve, partner.curve, total)
         verdict = judge(mine, theirs, self.pairs(state), self.settings, scale=scale or 0.0,
-                        now=position, loses=loses, prior=self.prior)
+                        noise=self.curve_noise(state), now=position, loses=loses, prior=self.prior)
         if isinstance(verdict, CannotPair):
             self._done.add(run.run_id)
             return RunUnpaired(run_id=run.run_id, experiment=experiment.id, reason=verdict.reason)
@@ -189,6 +192,19 @@ class EarlyStopping:
                 curve, statistics.fmean(r.metric for r in runs), MEAN)
         return self._means[key]
 
+    def curve_noise(self, state: LoopState) -> CurveNoise:
+        """The spread of the night's curves at each checkpoint, across seeds within a commit:
+        each commit's first OK run on a seed (a re-run of a seed is jitter, not the seed's
+        spread), on its own axis (recomputed when a run lands)."""
+        if self._noise[0] != len(state.runs):
+            by_commit: dict[str, dict[int, Curve]] = {}
+            for run in state.runs:
+                if run.ok and run.curve is not None and run.curve.points:
+                    by_commit.setdefault(run.commit, {}).setdefault(run.seed, own_axis(run.curve))
+            commits = [list(runs.values()) for runs in by_commit.values()]
+            self._noise = (len(state.runs), curve_noise(commits, self.settings.checkpoints))
+        return self._noise[1]
+
     def pairs(self, state: LoopState) -> list[FinishedPair]:
         """The night's finished pairs, from the state alone (recomputed when a run lands)."""
         if self._pairs[0] != len(state.runs):
@@ -223,6 +239,13 @@ def aligned(candidate: Curve, incumbent: Curve, total: int | None) -> tuple[Curv
     if not total or "clock" not in (candidate.placed, incumbent.placed):
         return candidate, incumbent
     return candidate.on_steps(total), incumbent.on_steps(total)
+
+
+def own_axis(curve: Curve) -> Curve:
+    """A finished run's curve on its own steps where it was placed on the harness's clock (as
+    `aligned` places a pair), else as it is."""
+    last = curve.points[-1].step if curve.points else None
+    return curve.on_steps(last) if curve.placed == "clock" and last else curve
 
 
 def evaluation_s(state: LoopState) -> float:

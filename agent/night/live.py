@@ -11,6 +11,8 @@ agent/night/early_stops.py) and its final one with `finish` (the ledger's `run_f
 
 A curve only moves forward: a point placed before the last one (an evaluation step's own
 progress bar after training, a counter that starts again) is not part of the training curve.
+For the same reason the steps a run will take are the first it announces: the Hugging Face
+Trainer's evaluation draws a bar of its own after training, counting batches of another set.
 """
 from __future__ import annotations
 
@@ -73,7 +75,7 @@ class LiveCurves:
         if progress is None:
             return
         with self._lock:
-            run.total_steps = progress.total_steps or run.total_steps
+            run.total_steps = run.total_steps or progress.total_steps
             point = curve_point(progress, run.budget_s, time.monotonic() - run.began, run.total_steps)
             last = run.points[-1].fraction if run.points else -1.0
             if point is None or point.fraction < last:

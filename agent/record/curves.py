@@ -60,20 +60,25 @@ class Curve:
                      self.batch_shape, self.total_steps, self.placed)
 
     def compact(self, max_points: int = MAX_POINTS) -> "Curve":
-        """At most `max_points`, evenly spread over the budget, first and last kept."""
+        """At most `max_points`, evenly spread over the budget, first and last kept; each
+        other point the mean of the lines it stands for. A script that prints every step's
+        loss (nanoGPT) has noisy lines: a sample of them would differ between two runs whose
+        lines are the same, a mean does not (two runs of one seed where a seed fixes the run)."""
         points = self.points
         if len(points) <= max_points:
             return self
-        fractions = [p.fraction for p in points]
-        lo, hi = fractions[0], fractions[-1]
-        chosen, i = [], 0
-        for k in range(max_points):          # the point nearest each of evenly spread targets
-            want = lo + (hi - lo) * k / (max_points - 1)
-            while i + 1 < len(points) and abs(fractions[i + 1] - want) <= abs(fractions[i] - want):
-                i += 1
-            if not chosen or chosen[-1] != i:
-                chosen.append(i)
-        return Curve(tuple(points[i] for i in chosen), self.batch_shape, self.total_steps, self.placed)
+        fractions = np.array([p.fraction for p in points])
+        targets = np.linspace(fractions[0], fractions[-1], max_points)
+        # each line to the nearest target; the first and last lines stand alone
+        owner = np.clip(np.searchsorted((targets[1:] + targets[:-1]) / 2, fractions), 1, max_points - 2)
+        owner[0], owner[-1] = 0, max_points - 1
+        kept = [points[0]]
+        for k in range(1, max_points - 1):
+            group = [p for p, o in zip(points, owner) if o == k]
+            if group:
+                kept.append(_mean_point(group))
+        kept.append(points[-1])
+        return Curve(tuple(kept), self.batch_shape, self.total_steps, self.placed)
 
     def on_steps(self, total: int) -> "Curve":
         """The curve placed by its steps over `total` (a step-budgeted script that prints no
@@ -83,6 +88,15 @@ class Curve:
             return self
         return Curve(tuple(dataclasses.replace(p, fraction=round(p.step / total, 5)) for p in self.points),
                      self.batch_shape, total, "steps")
+
+
+def _mean_point(group: Sequence[CurvePoint]) -> CurvePoint:
+    """The mean of a stretch of lines, at its mean place and step."""
+    lrs, steps = [p.lr for p in group], [p.step for p in group]
+    return CurvePoint(fraction=round(float(np.mean([p.fraction for p in group])), 5),
+                      loss=_short(float(np.mean([p.loss for p in group]))),
+                      step=None if None in steps else int(round(float(np.mean(steps)))),
+                      lr=None if None in lrs else _short(float(np.mean(lrs))))
 
 
 def placement(progress: ProgressPoint, total_steps: int | None = None) -> str:

@@ -338,7 +338,7 @@ class EarlyStops:
             description = state.experiments[stop.experiment].description[:40] \
                 if stop.experiment in state.experiments else ""
             lo, hi = stop.interval
-            against = "its run on that seed" if stop.partner == "same seed" else "its mean curve"
+            against = "run on that seed" if stop.partner == "same seed" else "mean curve"
             said.append(f"{stop.experiment} seed {stop.seed} at {stop.checkpoint:.0%}: predicted "
                         f"{stop.predicted:+.4g} [{lo:+.4g}, {hi:+.4g}] against the incumbent's "
                         f"{against} ({stop.pairs} pairs), saved {_span(stop.saved_s)}  {description}")

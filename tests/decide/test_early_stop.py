@@ -1,5 +1,6 @@
 """The early-stop rule: a candidate's partial curve against its incumbent's on the same
-seed, calibrated on the night's finished pairs (agent/decide/early_stop.py)."""
+seed, in units of the noise of curves, calibrated on the night's finished pairs
+(agent/decide/early_stop.py, agent/decide/curve_forecast.py)."""
 from __future__ import annotations
 
 import math
@@ -7,13 +8,17 @@ import math
 import numpy as np
 import pytest
 
+from agent.decide.curve_forecast import CurveNoise, forecast
 from agent.decide.early_stop import (CannotPair, Continue, EarlyStopSettings, FinishedPair, Stop,
-                                     forecast, gap_at, judge)
+                                     curve_noise, gap_at, judge)
 from agent.record.curves import Curve, CurvePoint, curve_point
 from sandbox.progress import ProgressReader
 
 SETTINGS = EarlyStopSettings()
 FRACTIONS = np.linspace(0.02, 1.0, 50)
+# The spread of a run's loss across seeds in the world of `curve` and `night_pairs`: a
+# same-seed gap of 0.028 is one noise unit (√2 × 0.02), as is a final difference of `scale`.
+NOISE = CurveNoise({c: (0.02, 10) for c in SETTINGS.checkpoints})
 
 
 def curve(shift: float = 0.0, noise: float = 0.0, rng=None, cross: float | None = None,
@@ -40,19 +45,77 @@ def night_pairs(rng, n=30, slope=1.0, resid=0.01, noise=0.005):
     return pairs
 
 
-def test_a_night_without_finished_pairs_stops_nothing():
-    # The prior alone says a mid-run gap tells nothing: not even a wildly worse run stops.
-    worse, incumbent = curve(shift=1.0).upto(0.5), curve()
-    result = judge(worse, incumbent, [], SETTINGS, scale=0.02)
-    assert isinstance(result, Continue) and result.forecast.pairs == 0
-    assert result.forecast.bound > 0
+def issue_29_curve(at_25: float, at_end: float) -> Curve:
+    """A train.py-like curve through `at_25` at 25 % of the budget and `at_end` at its end
+    (down from ln 256 = 5.5 at its start), a point every 2 % of the budget."""
+    fractions = np.linspace(0.02, 1.0, 50)
+    shape = lambda f: 1 / (1 + 6 * f)  # noqa: E731 -- falls fast, then flattens
+    scale = (at_25 - at_end) / (shape(0.25) - shape(1.0))
+    return Curve(tuple(CurvePoint(fraction=float(f), loss=float(at_end + scale * (shape(f) - shape(1.0))),
+                                  step=i, lr=0.01) for i, f in enumerate(fractions)))
+
+
+def test_a_gap_far_beyond_the_noise_of_curves_stops_at_the_first_checkpoint_without_a_pair():
+    # Issue 29's night: the learning rate at the bottom of its range, 4.36 against 2.35 for the
+    # incumbent's run on the seed at 25 % of the budget. The night had measured its curves'
+    # spread on six baseline seeds (0.072 at 25 % on two busy cores) and its final paired
+    # spread (0.23), and had finished no pair yet.
+    rng = np.random.default_rng(29)
+    baseline = [issue_29_curve(2.35 + rng.normal(0, 0.07), 2.42 + rng.normal(0, 0.1)) for _ in range(6)]
+    noise = curve_noise([baseline], SETTINGS.checkpoints)
+    candidate, incumbent = issue_29_curve(4.36, 5.49), issue_29_curve(2.35, 2.42)
+    result = judge(candidate.upto(0.26), incumbent, [], SETTINGS, scale=0.23, noise=noise)
+    assert isinstance(result, Stop), result
+    assert result.forecast.checkpoint == 0.25 and result.forecast.pairs == 0
+    assert result.forecast.gap_units < -10 and result.forecast.bound < 0
+    assert "a discard stopped early at 25%" in result.reason
+
+
+def test_a_gap_of_a_few_noise_units_waits_for_the_night_s_pairs():
+    # Three noise units behind: the prior alone does not know that it carries over...
+    worse, incumbent = curve(shift=0.17).upto(0.52), curve()
+    alone = judge(worse, incumbent, [], SETTINGS, scale=0.02, noise=NOISE)
+    assert isinstance(alone, Continue) and alone.forecast.pairs == 0
+    assert -4 < alone.forecast.gap_units < -2 and alone.forecast.bound > 0
+    # ...a night whose pairs show that a gap carries over does
+    pairs = night_pairs(np.random.default_rng(0))
+    assert isinstance(judge(worse, incumbent, pairs, SETTINGS, scale=0.02, noise=NOISE), Stop)
+
+
+def test_nothing_stops_before_the_night_has_measured_the_spread_of_its_curves():
+    worse, incumbent = curve(shift=5.0).upto(0.52), curve()
+    for noise in (None, CurveNoise({}), CurveNoise({c: (0.02, 1) for c in SETTINGS.checkpoints})):
+        result = judge(worse, incumbent, [], SETTINGS, scale=0.02, noise=noise)
+        assert isinstance(result, Continue) and "spread of curves" in result.reason
+
+
+def test_a_night_whose_pairs_show_another_slope_leaves_the_measured_one():
+    # A seeded step-budgeted script: final differences far narrower than its curves' spread
+    # across seeds, so in noise units a gap carries over six for one, not one. Ten pairs say so.
+    rng = np.random.default_rng(6)
+    pairs = [(x, 6 * x + rng.normal(0, 0.3)) for x in rng.normal(0, 1, 10)]
+    ahead = forecast(1.0, 0.5, pairs, gap_unit=1.0, final_unit=1.0, tail=0.01 / 3)
+    assert 5 < ahead.predicted < 7 and ahead.interval[0] > 3
+    # with the prior alone, one for one; its lower end still counts most of a large gap
+    alone = forecast(-10.0, 0.5, [], gap_unit=1.0, final_unit=1.0, tail=0.01 / 3)
+    assert -10.5 < alone.predicted < -9.5 and alone.bound < -3
+
+
+def test_the_spread_of_curves_is_pooled_within_commits():
+    rng = np.random.default_rng(8)
+    one = [curve(noise=0.0).upto(1.0)] + [curve(shift=rng.normal(0, 0.1)) for _ in range(5)]
+    other = [curve(shift=3.0 + rng.normal(0, 0.1)) for _ in range(3)]   # another level: not spread
+    spread = curve_noise([one, other], SETTINGS.checkpoints).spread
+    assert set(spread) == set(SETTINGS.checkpoints) and all(dof == 7 for _, dof in spread.values())
+    assert 0.01 < spread[0.5][0] < 0.1            # about 0.1 × the gap's share there, not 3
+    assert curve_noise([one[:1]], SETTINGS.checkpoints).gap_unit(0.5) is None    # one run: none
 
 
 def test_a_clearly_worse_run_stops_at_a_checkpoint_once_the_night_has_pairs():
     rng = np.random.default_rng(0)
     pairs = night_pairs(rng)
     worse = curve(shift=0.2, noise=0.005, rng=rng).upto(0.52)
-    result = judge(worse, curve(noise=0.005, rng=rng), pairs, SETTINGS, scale=0.02)
+    result = judge(worse, curve(noise=0.005, rng=rng), pairs, SETTINGS, scale=0.02, noise=NOISE)
     assert isinstance(result, Stop), result
     assert result.forecast.checkpoint == 0.5 and result.saved == pytest.approx(0.5)
     lo, hi = result.forecast.interval
@@ -64,7 +127,7 @@ def test_a_run_within_the_noise_is_not_stopped():
     rng = np.random.default_rng(1)
     pairs = night_pairs(rng)
     close = curve(shift=0.005, noise=0.005, rng=rng).upto(0.8)
-    assert isinstance(judge(close, curve(noise=0.005, rng=rng), pairs, SETTINGS, scale=0.02), Continue)
+    assert isinstance(judge(close, curve(noise=0.005, rng=rng), pairs, SETTINGS, scale=0.02, noise=NOISE), Continue)
 
 
 def test_a_late_crossing_run_is_not_stopped():
@@ -74,19 +137,19 @@ def test_a_late_crossing_run_is_not_stopped():
     crossing = curve(shift=0.15, cross=0.8).upto(0.51)
     incumbent = curve()
     assert gap_at(crossing, incumbent, 0.5) < 0 and gap_at(crossing, incumbent, 0.25) < gap_at(crossing, incumbent, 0.5)
-    result = judge(crossing, incumbent, pairs, SETTINGS, scale=0.02)
+    result = judge(crossing, incumbent, pairs, SETTINGS, scale=0.02, noise=NOISE)
     assert isinstance(result, Continue) and "closing" in result.reason
     # the same deficit, not closing, stops
     flat = curve(shift=0.035 / 0.5).upto(0.51)
-    assert isinstance(judge(flat, incumbent, pairs, SETTINGS, scale=0.02), Stop)
+    assert isinstance(judge(flat, incumbent, pairs, SETTINGS, scale=0.02, noise=NOISE), Stop)
 
 
 def test_before_the_first_checkpoint_or_when_off_it_only_continues():
     rng = np.random.default_rng(3)
     pairs, worse = night_pairs(rng), curve(shift=1.0)
-    assert "before the first" in judge(worse.upto(0.2), curve(), pairs, SETTINGS, scale=0.02).reason
+    assert "before the first" in judge(worse.upto(0.2), curve(), pairs, SETTINGS, scale=0.02, noise=NOISE).reason
     off = EarlyStopSettings(mode="off")
-    assert judge(worse, curve(), pairs, off, scale=0.02) == Continue("early stopping is off")
+    assert judge(worse, curve(), pairs, off, scale=0.02, noise=NOISE) == Continue("early stopping is off")
 
 
 @pytest.mark.parametrize("candidate, incumbent, why", [
@@ -98,14 +161,14 @@ def test_before_the_first_checkpoint_or_when_off_it_only_continues():
      curve(lr=lambda f: 1.0 if f < 0.4 else (1 - f) / 0.6), "a different learning-rate schedule"),
 ])
 def test_curves_that_cannot_be_paired_say_why(candidate, incumbent, why):
-    result = judge(candidate.upto(0.9), incumbent, [], SETTINGS, scale=0.02, now=0.9)
+    result = judge(candidate.upto(0.9), incumbent, [], SETTINGS, scale=0.02, noise=NOISE, now=0.9)
     assert isinstance(result, CannotPair) and why in result.reason
 
 
 def test_a_peak_learning_rate_change_keeps_the_schedule_paired():
     shape = lambda f: 1.0 if f < 0.4 else (1 - f) / 0.6  # noqa: E731
     twice = curve(lr=lambda f: 2 * shape(f))
-    assert not isinstance(judge(twice.upto(0.6), curve(lr=shape), [], SETTINGS, scale=0.02), CannotPair)
+    assert not isinstance(judge(twice.upto(0.6), curve(lr=shape), [], SETTINGS, scale=0.02, noise=NOISE), CannotPair)
 
 
 def test_one_schedule_read_from_points_that_start_at_different_times_stays_paired():
@@ -120,12 +183,12 @@ def test_one_schedule_read_from_points_that_start_at_different_times_stays_paire
                   for i, f in enumerate(np.linspace(first, 1.0, 40))]
         return Curve(tuple(points))
     early, late = run(0.012), run(0.07)
-    assert not isinstance(judge(early.upto(0.6), late, [], SETTINGS, scale=0.02), CannotPair)
+    assert not isinstance(judge(early.upto(0.6), late, [], SETTINGS, scale=0.02, noise=NOISE), CannotPair)
     # a truly different schedule over the shared stretch is still refused
     other = Curve(tuple(CurvePoint(fraction=p.fraction, loss=p.loss, step=p.step,
                                    lr=1.0 if p.fraction < 0.6 else (1 - p.fraction) / 0.4)
                         for p in late.points))
-    assert isinstance(judge(early.upto(0.9), other, [], SETTINGS, scale=0.02, now=0.9), CannotPair)
+    assert isinstance(judge(early.upto(0.9), other, [], SETTINGS, scale=0.02, noise=NOISE, now=0.9), CannotPair)
 
 
 def test_the_forecast_bound_holds_as_often_as_it_claims():
@@ -137,7 +200,10 @@ def test_the_forecast_bound_holds_as_often_as_it_claims():
         for _ in range(10):
             shift = rng.normal(0.0, 0.05)
             gap = gap_at(curve(shift, 0.01, rng), curve(0.0, 0.01, rng), 0.5)
-            above += -shift + rng.normal(0, 0.03) > forecast(gap, 0.5, pairs, 0.04, tail).bound
+            calibration = [(p.gaps[0.5], p.final_gap) for p in pairs]
+            bound = forecast(gap, 0.5, calibration, gap_unit=NOISE.gap_unit(0.5), final_unit=0.04,
+                             tail=tail).bound
+            above += -shift + rng.normal(0, 0.03) > bound
             n += 1
     assert tail / 4 <= above / n <= 2 * tail, above / n
 
@@ -153,7 +219,7 @@ def test_stopped_runs_would_rarely_have_ended_above_the_threshold():
             run, inc = curve(shift, 0.01, rng), curve(0.0, 0.01, rng)
             final = -shift + rng.normal(0, 0.02)
             result = judge(run.upto(float(rng.choice([0.3, 0.55, 0.8]))), inc, pairs, SETTINGS,
-                           scale=0.03)
+                           scale=0.03, noise=NOISE)
             if isinstance(result, Stop):
                 stopped += 1
                 wrong += final >= 0
@@ -199,10 +265,10 @@ def test_what_loses_is_the_callers_to_say():
     # bar (the screen's futility boundary) stops more, a lenient one nothing.
     rng = np.random.default_rng(5)
     pairs = night_pairs(rng)
-    run, incumbent = curve(shift=0.03, noise=0.005, rng=rng).upto(0.8), curve(noise=0.005, rng=rng)
-    default = judge(run, incumbent, pairs, SETTINGS, scale=0.02)
+    run, incumbent = curve(shift=0.01, noise=0.005, rng=rng).upto(0.8), curve(noise=0.005, rng=rng)
+    default = judge(run, incumbent, pairs, SETTINGS, scale=0.02, noise=NOISE)
     assert isinstance(default, Continue) and default.forecast.bound > 0
-    strict = judge(run, incumbent, pairs, SETTINGS, scale=0.02,
+    strict = judge(run, incumbent, pairs, SETTINGS, scale=0.02, noise=NOISE,
                    loses=lambda g: g <= default.forecast.bound + 0.01)
     assert isinstance(strict, Stop)
-    assert isinstance(judge(run, incumbent, pairs, SETTINGS, scale=0.02, loses=lambda g: g <= -1), Continue)
+    assert isinstance(judge(run, incumbent, pairs, SETTINGS, scale=0.02, noise=NOISE, loses=lambda g: g <= -1), Continue)

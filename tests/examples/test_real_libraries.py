@@ -40,9 +40,16 @@ def test_a_night_over_the_real_hugging_face_trainer(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     out = " ".join(done.stdout.split())
     assert "ok seeds change the result: observed to vary" in out and "step-budgeted" in out
+    # the Trainer's log dicts are its curve, on the steps of its progress bar: early stopping
+    # compares them (transformers 4.4x+ prints their numbers as strings)
+    assert "ok progress lines read:" in out and "placed on the steps it announced" in out
     state = loop_state(repo, "hf")
     baseline = [r for r in state.runs if r.commit == head and r.role.value == "reference"]
     assert len(baseline) >= 2 and all(r.ok for r in baseline)
+    for run in baseline:     # 97-98 steps, a loss line every 20: four points, falling
+        assert run.curve.placed == "steps" and 90 <= run.curve.total_steps <= 100, run.curve
+        losses = [p.loss for p in run.curve.points]
+        assert len(losses) == 4 and losses[-1] < losses[0] and run.curve.points[-1].fraction < 0.9
     assert seeds_reach_the_metric(baseline)           # set_seed(training_args.seed)
     run_dir = repo / "results" / "hf" / "runs" / baseline[0].run_id
     results = json.loads((run_dir / "out" / "all_results.json").read_text())   # the Trainer's own file

@@ -6,11 +6,15 @@ that crosses late is not stopped, an incumbent run is never stopped, a curve tha
 paired is recorded as such, a kill -9 in the middle of an early stop resumes to the same
 fold, and with four workers a worker freed by a stop takes the next run at once.
 
+Then the bundled train.py itself, at a short budget: issue 29's loser (the learning rate at the
+bottom of its range), the night's first candidate, stops at the first checkpoint.
+
 One night prints train.py's step lines, the other nanoGPT's `iter N: loss X` through program.md's
 `metrics_pattern`. The toy: each run's own luck shows on its curve as it trains (seeds share nothing, as on
 the CPU proxy), a candidate's change shows from the start and grows; the night's first
-candidates finish and calibrate the rule (its prior needs a dozen pairs before it trusts
-them), then the ones under test come.
+candidates calibrate the rule (a gap many times the spread of the baseline's curves stops at
+the first checkpoint from the first candidate on; smaller ones wait for the night's pairs),
+then the ones under test come.
 """
 import json
 import signal
@@ -23,7 +27,7 @@ import pytest
 from agent.record.events import Role, RunFinished, Verdict
 from sandbox import Status
 from tests.breakit.common import check_night, leftovers
-from tests.loop_helpers import cli_env, loop_state, make_repo, nightshift
+from tests.loop_helpers import cli_env, loop_state, make_repo, nightshift, project_repo
 
 pytestmark = pytest.mark.slow
 
@@ -67,7 +71,7 @@ researcher: scripted
 Sleep-paced runs that print a learning curve.
 '''
 
-CALIBRATION = [2.2, 2.6, 2.05, 2.4, 3.2, 2.1, 2.8, 2.3, 2.5, 2.15, 3.0, 2.7, 2.35, 2.9, 2.45, 3.1]
+CALIBRATION = [3.2, 2.2, 2.6, 2.05, 2.4, 2.1, 2.8, 2.3, 2.5, 2.15, 3.0, 2.7, 2.35, 2.9, 2.45, 3.1]
 UNDER_TEST = [
     {"knobs": {"LEVEL": 4.0}, "description": "clearly worse"},
     {"knobs": {"LEVEL": 3.9}, "description": "clearly worse again"},
@@ -117,15 +121,18 @@ def clearly_worse_stopped(state, experiments) -> list:
     return stopped
 
 
-def assert_early_stopping_held(state, killed: str | None = None):
+def assert_early_stopping_held(state, killed: str | None = None, one_worker: bool = False):
     """What the night's ledger must show, whatever the number of workers (`killed`: the run a
-    kill -9 ended before its end was recorded; the resume closed it as interrupted)."""
+    kill -9 ended before its end was recorded; the resume closed it as interrupted). With
+    `one_worker` the incumbent's run on a seed has always ended before a candidate's run on it
+    starts, so a clearly worse candidate stops at the first checkpoint."""
     named = by_description(state)
     stops = {stop.experiment: stop for stop in state.early_stops.values()}
     clearly_worse = [named["clearly worse"], named["clearly worse again"]]
     for experiment in clearly_worse_stopped(state, clearly_worse):
         stop = stops[experiment.id]
         assert stop.checkpoint in (0.25, 0.5, 0.75) and stop.reached < 1.0 and stop.bound < 0
+        assert stop.checkpoint == 0.25 or not one_worker, stop
         assert stop.predicted < 0 and stop.interval[0] < stop.predicted < stop.interval[1]
         assert experiment.verdict == Verdict.DISCARD and experiment.decision.decision.rule == "early_stop"
         assert experiment.decision.decision.effect is None        # a partial run is no measurement
@@ -144,8 +151,13 @@ def assert_early_stopping_held(state, killed: str | None = None):
     crossing = named["behind early, crosses late"]
     assert crossing.id not in stops and crossing.verdict == Verdict.KEEP
     assert all(r.ok and r.curve.reached >= 0.99 for r in crossing.runs)
-    # the calibration candidates ran to the end (the rule waits for the night's own pairs)
-    assert all(named[f"worse by {level - 2:.2f}"].id not in stops for level in CALIBRATION[:3])
+    # the night's first candidate, a clear loser, stopped at the first checkpoint before the
+    # night had finished a single pair: its gap there (1.2 × a fifth of the budget) is over
+    # ten times the spread of the baseline's curves; one within the noise ran to the end
+    if one_worker:
+        first = stops[named["worse by 1.20"].id]
+        assert first.checkpoint == 0.25 and first.pairs == 0, first
+    assert named["worse by 0.05"].id not in stops
     # an incumbent run is never stopped: every stop is a candidate run's, every reference ran out
     started = {r.run_id: r for r in state.runs + state.interrupted}
     assert all(started[stop.run_id].role == Role.CANDIDATE for stop in state.early_stops.values())
@@ -193,12 +205,16 @@ def test_a_kill_9_in_the_middle_of_an_early_stop_resumes_to_the_same_fold(tmp_pa
     assert decided[0].decision.rule == "early_stop"
     assert len(state.experiments) >= len(CALIBRATION) + len(UNDER_TEST)
     assert all(e.decided for e in state.experiments.values())
-    assert_early_stopping_held(state, killed=stop.run_id)
+    assert_early_stopping_held(state, killed=stop.run_id, one_worker=True)
     status = nightshift(repo, "status", "--tag", "es", env=env)
     assert status.returncode == 0, status.stdout + status.stderr
     assert f"stopped early: {len(state.early_stops)} runs, each a discard" in status.stdout, status.stdout
-    for stop in state.early_stops.values():      # every stopped run, where it stopped
+    from agent.cli.display import STOPS_SHOWN
+    latest = list(state.early_stops.values())[-STOPS_SHOWN:]
+    for stop in latest:                          # the latest stopped runs, where they stopped
         assert f"{stop.experiment} seed {stop.seed} at {stop.checkpoint:.0%}: predicted" in status.stdout
+    if len(state.early_stops) > STOPS_SHOWN:
+        assert f"and {len(state.early_stops) - STOPS_SHOWN} earlier ones" in status.stdout
 
 
 def test_with_four_workers_a_worker_freed_by_a_stop_takes_the_next_run_at_once(tmp_path):
@@ -237,3 +253,22 @@ def test_with_four_workers_a_worker_freed_by_a_stop_takes_the_next_run_at_once(t
         if at_once and later and not as_one_ended:
             assert following.started < max(r.ended for r in later)
     assert checked, "no worker freed by a stop began its next run within a second"
+
+
+def test_the_bundled_train_py_stops_issue_29s_loser_at_the_first_checkpoint(tmp_path):
+    # The first candidate of a night, before any pair: the learning rate 100 times lower.
+    # At 25 % of an 8-s budget its loss is about 1.8 above the incumbent's run on the seed,
+    # tens of times the spread of the three baseline runs' curves there.
+    repo = project_repo(tmp_path / "user", budget="8s", grace="90s", sandbox="local",
+                        researcher="scripted", seeds="{baseline: 3, screen: 1, max: 2, repeat: 0}")
+    (tmp_path / "script.json").write_text(json.dumps([{"knobs": {"LR": 1e-4}, "description": "LR at the bottom"}]))
+    done = nightshift(repo, "run", "--tag", "lr", "--script", str(tmp_path / "script.json"),
+                      "--max-experiments", "1", env=cli_env(tmp_path / "data"))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    state = loop_state(repo, "lr")
+    (experiment,) = state.experiments.values()
+    (stop,) = state.early_stops.values()
+    assert stop.experiment == experiment.id and experiment.verdict == Verdict.DISCARD
+    assert stop.checkpoint == 0.25 and stop.pairs == 0 and stop.partner == "same seed"
+    assert stop.gap < -1.0 and stop.bound < 0 and stop.reached < 0.5
+    assert experiment.decision.decision.rule == "early_stop"

@@ -4,6 +4,7 @@ partner, calibrated on pairs derived from the ledger alone."""
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 from agent.decide.early_stop import EarlyStopSettings
 from agent.decide.sequential import SequentialRule
@@ -14,6 +15,12 @@ from agent.record.events import (ExperimentProposed, LoopStarted, Role, RunFinis
                                  RunStoppedEarly)
 from agent.record.state import fold
 from sandbox import Status
+from sandbox.outcome import CappedLog
+
+# What examples/hf_trainer/run_train.py printed on the real transformers 5.24 (stdout and
+# stderr on one pipe, as the sandbox gives them): its progress bar on stderr, and every 20
+# steps of 98 a log dict on stdout whose numbers are strings, `{'loss': '4.845', ...}`.
+TRAINER_LOG = Path(__file__).parents[1] / "fixtures" / "hf_trainer_run.log"
 
 BASE, CAND = "b" * 40, "c" * 40
 
@@ -34,6 +41,24 @@ def test_a_run_s_lines_become_its_curve_as_they_are_printed():
     assert live.finish("r") == curve and live.curve("r") == Curve()     # forgotten once finished
     live.start("quiet", budget_s=10.0)
     assert live.finish("quiet") is None                                 # no progress lines: no curve
+
+
+def test_the_real_trainer_s_log_dicts_become_its_curve_on_the_steps_of_its_bar(tmp_path):
+    live = LiveCurves(marks=(0.25, 0.5, 0.75))
+    live.start("hf", budget_s=120.0)
+    log = CappedLog(tmp_path / "log.txt", 1 << 20, lambda line: live.feed("hf", line))
+    log.write(TRAINER_LOG.read_bytes())        # split into lines and bar updates as a run's are
+    log.close()
+    curve = live.finish("hf")
+    # the four dicts of training, each at the bar's count when it was printed (drawn at most
+    # every 0.1 s: a step or two behind the 20, 40, 60, 80 it was logged at)...
+    assert [p.loss for p in curve.points] == [4.845, 3.646, 3.222, 3.052]
+    assert all(0 <= 20 * k - p.step <= 3 for k, p in enumerate(curve.points, 1))
+    assert curve.placed == "steps" and curve.total_steps == 98     # not the evaluation's bar
+    assert [p.fraction for p in curve.points] == [round(p.step / 98, 5) for p in curve.points]
+    assert curve.points[0].lr == 0.0008977
+    # ...and not the summary at its end, whose train_loss (3.567) is the whole run's mean
+    assert 3.567 not in [p.loss for p in curve.points]
 
 
 def test_lines_from_many_threads_keep_each_run_s_order():

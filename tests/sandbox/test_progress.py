@@ -33,6 +33,19 @@ def test_trainer_log_dict():
     assert point.loss == 2.1034 and point.values["epoch"] == 0.5 and point.step is None
 
 
+def test_a_trainer_log_dict_of_strings_takes_its_step_from_the_bar():
+    # transformers 4.4x and later print the numbers as strings; the dict names no step, the
+    # Trainer's bar counts them
+    reader = ProgressReader()
+    reader.feed(" 19%|█▉        | 19/98 [00:01<00:04, 16.22it/s]")
+    point = reader.feed("{'loss': '4.845', 'grad_norm': '2.113', 'learning_rate': '0.0008977', 'epoch': '0.2041'}")
+    assert (point.loss, point.step, point.total_steps) == (4.845, 19, 98)
+    assert point.values["learning_rate"] == 0.0008977 and point.values["epoch"] == 0.2041
+    # the summary at the end of training: train_loss is the whole run's mean, no point of it
+    assert reader.feed("{'train_runtime': '3.181', 'train_loss': '3.567', 'epoch': '1'}") is None
+    assert reader.feed("{'loss': 'high', 'epoch': '0.5'}") is None     # a string that is no number
+
+
 def test_other_lines_are_not_progress():
     reader = ProgressReader(NANOGPT)
     for line in ("step 0: train loss 4.2, val loss 4.3", "hello", "", "{'eval_loss': 2.0}",
