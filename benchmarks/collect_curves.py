@@ -5,7 +5,7 @@
 
 Every run goes through the harness itself: a throw-away copy of the bundled target, the local
 sandbox, the training step then the protected evaluator, and the curve the harness reads live
-from train.py's step lines (agent/night/live.py, recorded on the run's run_finished). One seed
+from train.py's step lines (agent/run/live.py, recorded on the run's run_finished). One seed
 at a time, as a night pairs them: the incumbent (train.py as it is) once, then `--per-seed`
 candidates on the same seed, each a knob change of the kinds a night tries (learning rates,
 schedule, width, depth, optimizer, regularisation, batch shape), cycling through CHANGES; every
@@ -35,10 +35,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agent.night.observer import QuietObserver  # noqa: E402
 from agent.night.session import build_session  # noqa: E402
 from agent.program import load_program, parse_duration  # noqa: E402
 from agent.record.events import Role, RunFinished  # noqa: E402
+from agent.run.observer import QuietObserver  # noqa: E402
 from agent.target.knobs import knob_values, set_knobs  # noqa: E402
 from tests.loop_helpers import project_repo  # noqa: E402
 

@@ -37,12 +37,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agent.night.observer import QuietObserver  # noqa: E402
 from agent.night.session import build_session  # noqa: E402
 from agent.program import load_program  # noqa: E402
 from agent.record.curves import Curve  # noqa: E402
 from agent.record.events import Role, RunFinished  # noqa: E402
 from agent.researchers.knobs import set_knobs  # noqa: E402
+from agent.run.observer import QuietObserver  # noqa: E402
 from benchmarks.collect_curves import one, progress, run_record  # noqa: E402
 from tests.loop_helpers import PROJECT, make_repo, set_front_matter  # noqa: E402
 

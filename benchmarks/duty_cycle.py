@@ -28,12 +28,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agent.night.loop import StopRules  # noqa: E402
-from agent.night.observer import QuietObserver  # noqa: E402
 from agent.night.session import build_session  # noqa: E402
 from agent.program import load_program  # noqa: E402
 from agent.record.events import Prediction  # noqa: E402
 from agent.record.views import utilisation  # noqa: E402
 from agent.researchers.base import Proposal, ResearchContext, Researcher  # noqa: E402
+from agent.run.observer import QuietObserver  # noqa: E402
 from agent.target.knobs import set_knobs  # noqa: E402
 from tests.loop_helpers import make_repo  # noqa: E402
 

@@ -188,7 +188,7 @@ def replay(pairs: list[Pair], settings: EarlyStopSettings, prior: Prior = PRIOR)
 
 def read_at(curve: Curve, checkpoint: float) -> Curve:
     """The curve as the night has it when it looks at `checkpoint`: up to the first point at
-    or past it (the line that crossed it woke the look, agent/night/live.py)."""
+    or past it (the line that crossed it woke the look, agent/run/live.py)."""
     past = next((p.fraction for p in curve.points if p.fraction >= checkpoint), None)
     return curve.upto(checkpoint if past is None else past)
 

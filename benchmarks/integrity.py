@@ -25,7 +25,6 @@ sandbox, CPU; run on idle cores and say so: load is the noise here):
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile

@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agent.night.lock import TagLock  # noqa: E402
+from agent.preflight.lock import TagLock  # noqa: E402
 from agent.record.events import RunStarted  # noqa: E402
 from agent.record.ledger import Ledger  # noqa: E402
 from agent.review.serve.app import Site  # noqa: E402

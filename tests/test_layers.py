@@ -16,9 +16,11 @@ RANKS = {
     "agent.decide": 2,
     "agent.researchers": 3, "agent.workspace": 3,
     "agent.program": 4,
-    "agent.night": 5,
-    "agent.review": 6,
-    "agent.cli": 7,
+    "agent.run": 5,
+    "agent.preflight": 5.5,
+    "agent.night": 6,
+    "agent.review": 7,
+    "agent.cli": 8,
 }
 
 

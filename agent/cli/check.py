@@ -4,7 +4,7 @@ Runs the incumbent (HEAD) briefly on two seeds and prints one line per check (pr
 target and knobs, prepare step, data folder, sandbox, interpreter, metric found, seeds change
 the result, budget respected, nothing written outside the allowed places, checkout
 untouched); exits 0 when all hold, 1 listing every problem with its fix. The logic lives in
-agent.night.preflight.
+agent.preflight.check.
 """
 from __future__ import annotations
 
@@ -25,15 +25,15 @@ def check(
 ) -> None:
     """Check program.md and the training script before a night: runs HEAD on two seeds and
     says what would go wrong (seeds ignored, budget overrun, no metric, ...) with the fix."""
-    from agent.night.checks import Verdict
-    from agent.night.preflight import preflight
+    from agent.preflight.checks import Checklist
+    from agent.preflight.check import preflight
     from agent.program import ProgramError, load_program, parse_duration
 
     try:
         prog = load_program(program, {"sandbox": sandbox})
         budget_s = parse_duration(budget) if budget else None
     except (ProgramError, ValueError) as error:
-        verdict = Verdict()
+        verdict = Checklist()
         verdict.add("program valid", False, str(error), "edit program.md as the message says")
         _print(verdict)
         raise typer.Exit(ExitCode.BAD_INPUT) from None

@@ -111,7 +111,8 @@ def load(program_path: Path, overrides: dict[str, Any]) -> Program:
 
 def existing_loop(program: Program, tag: Optional[str]) -> Path:
     """The results folder of a loop that has started, or exit 1 naming the tags that exist."""
-    from agent.night.session import default_tag, results_dir
+    from agent.night.session import default_tag
+    from agent.run.plan import results_dir
 
     tag = tag or default_tag()
     folder = results_dir(program, tag)

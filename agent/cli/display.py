@@ -27,7 +27,7 @@ _VERDICT_COLOUR = {Verdict.KEEP: "bold green", Verdict.DISCARD: "yellow", Verdic
 
 
 class RichObserver:
-    """Implements agent.night.observer.Observer with rich: messages, and a live bar per run in
+    """Implements agent.run.observer.Observer with rich: messages, and a live bar per run in
     flight (its worker, seed and role, the last loss it printed, the time left)."""
 
     def __init__(self, console: Console | None = None, metric: str = "val_bpb") -> None:
@@ -185,7 +185,7 @@ def print_status(console: Console, folder: Path, metric: str, state: LoopState |
     """Experiments, keeps, baseline and incumbent with their spread, noise, predictions,
     cost and the runs in flight (interrupted, when no loop holds the tag), then the last
     experiments as a table."""
-    from agent.night.lock import live_holder
+    from agent.preflight.lock import live_holder
 
     state = state or fold(read_events(folder))
     counts = state.verdict_counts()

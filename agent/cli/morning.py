@@ -51,7 +51,7 @@ def replay(
     kept commit's effect at scale next to the effect the night decided on, with the rank
     correlation between the two. Results go to the tag's ledger as `replay` events.
     """
-    from agent.night.lock import TagLocked
+    from agent.preflight.lock import TagLocked
     from agent.program import parse_duration
     from agent.review.replay import FullScaleRuns, build_replayer, plan_targets
     from agent.workspace.repo import WorkspaceError
@@ -173,7 +173,7 @@ def ablate(
     interval and p-value (Holm-adjusted beside it), the whole gain, and the interaction the sum
     of the contributions does not explain. Recorded in the tag's ledger; shown by `report` and
     `serve`."""
-    from agent.night.lock import TagLocked
+    from agent.preflight.lock import TagLocked
     from agent.program import parse_duration
     from agent.review.ablate import ABLATION_SEEDS, AblationError, build_ablator
     from agent.review.replay import FullScaleRuns

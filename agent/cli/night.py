@@ -10,7 +10,7 @@ from rich.markup import escape
 from agent.cli.common import (CTRL_C, ProgramOpt, console, err, existing_loop, fail, interruptible,
                               load)
 from agent.cli.serve import page_url, start_beside_night
-from agent.night.failures import describe_error
+from agent.preflight.failures import describe_error
 from agent.record.events import ExitCode, HypothesisQueued, Role
 from agent.record.ledger import Ledger
 from agent.researchers.registry import RESEARCHER_NAMES
@@ -140,8 +140,8 @@ def _write_morning_report(folder: Path, prog, tag: str) -> None:
 def open_session(prog, tag: str, *, researcher: str, observer, **options):
     """build_session, or exit with the code its failure calls for (nothing written when a
     check fails: see agent/night/session.py)."""
-    from agent.night.lock import TagLocked
-    from agent.night.prestart import PrestartError
+    from agent.preflight.lock import TagLocked
+    from agent.preflight.prestart import PrestartError
     from agent.night.session import build_session
     from agent.researchers import ResearcherError
     from agent.workspace.repo import WorkspaceError
@@ -213,8 +213,9 @@ def noise(
 def _measure_noise(session, prog, commit: Optional[str], seeds: int) -> None:
     from agent.cli.display import mean_sd
     from agent.decide.noise import suggest_settings
-    from agent.night.checks import SEED_FIX, observe_seeding
-    from agent.night.runs import measure
+    from agent.preflight.checks import SEED_FIX
+    from agent.run.seeding import observe_seeding
+    from agent.run.executor import measure
 
     loop = session.loop
     state = loop.state

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from agent.decide.decision import DecisionRule, Evidence, RunMore, pooled_sd
 from agent.decide.integrity import Flag, judge_experiment
-from agent.night.checks import judge_budget
 from agent.program import Program
 from agent.record.events import Role
 from agent.record.state import Experiment, LoopState
+from agent.run.budget import judge_budget
 
 
 def evidence_for(state: LoopState, experiment: Experiment, direction: str, workers: int,

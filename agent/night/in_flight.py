@@ -3,12 +3,12 @@ prints them (its curve, the display), cancelled when its experiment no longer ne
 the snapshots of commits no run needs any more released."""
 from __future__ import annotations
 
-from agent.night.live import LiveCurves
-from agent.night.observer import Observer
 from agent.night.priority import RunRequest
-from agent.night.runs import RunExecutor
 from agent.record.curves import Curve
 from agent.record.events import Role
+from agent.run.executor import RunExecutor
+from agent.run.live import LiveCurves
+from agent.run.observer import Observer
 from cluster.protocol import Job, Slot, Workers
 
 

@@ -13,9 +13,9 @@ import uuid
 from typing import Any, Callable
 
 from agent.night.admission import Fate, admit, commit_message, proposal_diff, reapply
-from agent.night.observer import Observer
 from agent.night.proposals import Arm, Ready, Researchers
 from agent.program import Program
+from agent.run.observer import Observer
 from agent.record.events import (DecisionMade, ExperimentInvalid, ExperimentProposed,
                                  ProposalAsked, ProposalReady, ProposalRebased, Usage, Verdict)
 from agent.record.ledger import Ledger

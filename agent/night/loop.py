@@ -31,21 +31,21 @@ from typing import Any, Callable, Iterator
 
 from agent.decide.decision import DecisionRule, Evidence, RunMore
 from agent.decide.scoring import score_prediction
-from agent.night.checks import baseline_verdict
 from agent.night.context import evaluation_plan, research_context
 from agent.night.early_stops import EarlyStopping, stop_decision, stopped_reason
 from agent.night.evidence import evidence_for, incumbent_measured, integrity_flag, waiting
-from agent.night.failures import describe_error
 from agent.night.in_flight import InFlight
 from agent.night.intake import Intake
-from agent.night.live import LiveCurves
-from agent.night.observer import Observer, QuietObserver
 from agent.night.priority import RunRequest, runs_wanted
 from agent.night.proposals import Researchers
 from agent.night.reconcile import reconcile
-from agent.night.runs import RunExecutor
 from agent.night.stop_rules import StopRules
+from agent.preflight.checks import baseline_verdict
+from agent.preflight.failures import describe_error
 from agent.program import Program
+from agent.run.executor import RunExecutor
+from agent.run.live import LiveCurves
+from agent.run.observer import Observer, QuietObserver
 from agent.record.events import (Decision, DecisionMade, ExitCode, LookTaken, LoopResumed,
                                  LoopStarted, LoopStopped, Role, RunBegan, RunFinished, RunQueued,
                                  RunStoppedEarly, Verdict)
@@ -340,7 +340,7 @@ class ResearchLoop:
 
     def _check_baseline(self) -> None:
         """Once, before the first candidate: print the verdict on the first baseline's runs,
-        and stop when the seed changes nothing (agent.night.checks)."""
+        and stop when the seed changes nothing (agent.preflight.checks)."""
         if self._baseline_checked or self.state.experiments:
             return
         self._baseline_checked = True

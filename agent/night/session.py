@@ -11,19 +11,20 @@ from pathlib import Path
 from typing import Any
 
 from agent.decide.rules import make_rule
-from agent.night.data import data_cache, prepare_data  # noqa: F401 (data_cache: public here too)
-from agent.night.grading import measurement_note
-from agent.night.leftovers import end_jobs, end_leftovers
-from agent.night.lock import TagLock, refuse_if_locked
 from agent.night.loop import ResearchLoop
-from agent.night.observer import Observer
-from agent.night.prestart import prestart
-from agent.night.run_length import LengthWarnings
-from agent.night.runs import RunExecutor, RunPlan
+from agent.preflight.leftovers import end_jobs, end_leftovers
+from agent.preflight.lock import TagLock, refuse_if_locked
+from agent.preflight.prestart import prestart
+from agent.preflight.run_length import LengthWarnings
 from agent.program import Program
 from agent.record.ledger import Ledger, read_snapshot
 from agent.record.provenance import environment
 from agent.record.summary import experiment_detail
+from agent.run.data import data_cache, prepare_data
+from agent.run.executor import RunExecutor
+from agent.run.grading import measurement_note
+from agent.run.observer import Observer
+from agent.run.plan import RunPlan, results_dir
 from agent.workspace.inspect import archive_tag
 from agent.workspace.repo import Workspace
 from cluster.protocol import ClusterUnavailable, OnDispatched, OnDone, Workers
@@ -35,16 +36,6 @@ _TAG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 def default_tag() -> str:
     return date.today().strftime("%b%d").lower()   # autoresearch's habit: one tag a night
-
-
-def results_dir(program: Program, tag: str) -> Path:
-    folder = program.root / "results" / tag
-    ignore = program.root / "results" / ".gitignore"
-    if not ignore.exists():
-        # Keep the user's `git status` clean without touching their .gitignore.
-        ignore.parent.mkdir(parents=True, exist_ok=True)
-        ignore.write_text("*\n")
-    return folder
 
 
 @dataclass
@@ -180,9 +171,7 @@ def _assemble(program: Program, tag: str, results: Path, ledger: Ledger, workspa
         "researcher": chosen.name, "researcher_why": researcher_why, "sandbox": runner.name,
         "sandbox_why": sandbox_why, "sandbox_facts": runner.describe(), "rule": rule.name,
         "data_dir": str(data.path), "corpus_hash": executor.data_hash, "budget_s": program.budget_s}
-    watched = LengthWarnings(observer, budget_s=plan.budget_s, grace_s=plan.grace_s, steps=plan.steps,
-                             target=program.target, command=plan.command,
-                             metrics_pattern=plan.metrics_pattern)
+    watched = LengthWarnings(observer, plan)
     loop = ResearchLoop(tag=tag, program=program, workspace=workspace, ledger=ledger,
                         executor=executor, researcher=chosen, rule=rule, make_workers=workers,
                         observer=watched, facts=facts, overlap=program.overlap,

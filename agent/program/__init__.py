@@ -30,9 +30,9 @@ from agent.program import values as v
 from agent.program.frontmatter import ProgramError, compose, decode, line_of, split
 from agent.program.values import MAX_SEEDS, Parser, parse_duration, parse_memory  # noqa: F401 (public)
 from agent.researchers import settings as llm
+from agent.researchers.registry import RESEARCHER_NAMES, resolve_researcher_name
 from agent.target.knobs import DeclaredKnobError, KnobError, find_knobs
 from agent.target.overrides import overridden
-from agent.researchers.registry import RESEARCHER_NAMES, resolve_researcher_name
 from cluster.select import CLUSTERS
 from cluster.slurm_settings import STARTUP_S, SlurmSettings, sbatch_problem
 from sandbox.select import BACKENDS
@@ -98,7 +98,7 @@ class Program:
     claude: llm.ClaudeSettings = field(default_factory=llm.ClaudeSettings)
     openai: llm.OpenAISettings = field(default_factory=llm.OpenAISettings)
     # YAML key -> where its value came from ("program.md:7", "program.md (override budget)"),
-    # so checks made later (agent/night/preflight.py) name the line as parse errors do
+    # so checks made later (agent/preflight/check.py) name the line as parse errors do
     locations: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:

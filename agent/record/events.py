@@ -203,7 +203,7 @@ class RunStarted(RunIdentity):
 @dataclass(frozen=True, kw_only=True)
 class RunQueued(Event):
     """A cluster with a queue (Slurm) accepted run `run_id` as job `job_id`; it waits for a
-    node. The job id is how a later harness finds and cancels it (agent/night/leftovers.py)."""
+    node. The job id is how a later harness finds and cancels it (agent/preflight/leftovers.py)."""
 
     kind: ClassVar[str] = "run_queued"
     run_id: str

@@ -1,7 +1,7 @@
 """What it takes to reproduce a run: the environment and the run's own facts.
 
 `environment()` is measured once per process (importing torch is slow). The run executor
-(`agent.night.runs`) writes one `provenance.json` per run next to its result:
+(`agent.run.executor`) writes one `provenance.json` per run next to its result:
 
     run_id, commit, parent, diff (git patch parent -> commit), target_digest {path: sha256},
     protected_digests {path: sha256}, seed, role, experiment, budget_s, grace_s, command,
@@ -138,7 +138,7 @@ def determinism(seed: int, run_env: Mapping[str, str], *, seed_passed: str = "NI
                 budget: tuple[str, str] = ("unknown", "not judged")) -> dict[str, Any]:
     """What fixes (and what does not fix) a run's randomness: what the harness observed, not
     what it hopes. `seeding` and `budget` are (kind, sentence) as judged by the harness
-    (agent.night.checks): seeding "varies" | "identical" | "unobserved", budget "wall_clock"
+    (agent.preflight.checks): seeding "varies" | "identical" | "unobserved", budget "wall_clock"
     | "step" | "over_budget" | "unknown"."""
     return {
         "seed": seed,

@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from agent.night.runs import RunExecutor
 from agent.program import Program
+from agent.run.executor import RunExecutor
 from agent.record.events import (AblationChange, AblationPlanned, AblationRun, AblationSummary,
                                  Event, Role)
 from agent.record.ledger import LEDGER_FILE, Ledger
@@ -268,10 +268,12 @@ def build_ablator(program: Program, tag: str, settings: FullScaleRuns, *, sandbo
     """Assemble an ablation of `tag` the way `nightshift run` assembles a night (the same
     workspace, data, sandbox and workers), holding the tag's lock. Raises FileNotFoundError
     without a ledger, TagLocked while a night runs, AblationError when nothing was kept."""
-    from agent.night.data import prepare_data
-    from agent.night.lock import TagLock
-    from agent.night.runs import RunPlan
-    from agent.night.session import data_cache, night_workers, results_dir
+    from agent.run.data import prepare_data
+    from agent.preflight.lock import TagLock
+    from agent.run.plan import RunPlan
+    from agent.night.session import night_workers
+    from agent.run.data import data_cache
+    from agent.run.plan import results_dir
 
     tag_dir = results_dir(program, tag)
     if not (tag_dir / LEDGER_FILE).exists():

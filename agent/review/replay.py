@@ -40,8 +40,9 @@ from typing import Any, Callable, Sequence
 from scipy import stats
 
 from agent.decide.decision import pooled_sd
-from agent.night.runs import RunExecutor, RunPlan
 from agent.program import Program
+from agent.run.executor import RunExecutor
+from agent.run.plan import RunPlan
 from agent.record.events import (Replay, ReplayCommit, ReplayRun, ReplaySummary, Role,
                                  RunFinished, Verdict)
 from agent.record.ledger import LEDGER_FILE, Ledger, utc_now
@@ -332,15 +333,16 @@ def build_replayer(program: Program, tag: str, settings: FullScaleRuns, *, sandb
     (same workspace, data and sandbox choice). Returns it with the tag's workspace, whose
     `resolve` and `parent` turn user input into commits. Raises FileNotFoundError when the
     tag has no ledger."""
-    from agent.night.data import prepare_data
-    from agent.night.lock import refuse_if_locked
-    from agent.night.session import data_cache, results_dir
+    from agent.run.data import prepare_data
+    from agent.preflight.lock import refuse_if_locked
+    from agent.run.data import data_cache
+    from agent.run.plan import results_dir
 
     tag_dir = results_dir(program, tag)
     if not (tag_dir / LEDGER_FILE).exists():
         raise FileNotFoundError(f"no ledger at {tag_dir / LEDGER_FILE}; run `nightshift run "
                                 f"--tag {tag}` first, or pass the tag that holds the commits")
-    # The tag's worktree is reset when opened: not while its night runs (agent/night/lock.py).
+    # The tag's worktree is reset when opened: not while its night runs (agent/preflight/lock.py).
     refuse_if_locked(tag_dir, tag)
     ledger = Ledger(tag_dir)
     original_budget_s = ledger.state.budget_s or program.budget_s

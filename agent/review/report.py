@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.decide.decision import mean_difference, pooled_sd
-from agent.night.lock import live_holder
+from agent.preflight.lock import live_holder
 from agent.record.events import (LoopStarted, ReplayCommit, ReplayRun, ReplaySummary, Verdict,
                                  encode)
 from agent.record.ledger import read_events, utc_now

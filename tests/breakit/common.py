@@ -12,7 +12,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from agent.night.leftovers import run_processes
+from agent.preflight.leftovers import run_processes
 from agent.record.events import parse_event
 from agent.record.state import fold
 from agent.record.views import BASELINE, TSV_FILE, baseline_row, tsv_value

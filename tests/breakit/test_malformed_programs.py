@@ -3,7 +3,7 @@ through the real `nightshift run`: exit 1, a message naming the file, the line a
 field, and nothing written (no branch, no refs, no results folder, no worktree).
 
 The command runs in-process (typer's runner over the real app) so that fifty cases fit in
-seconds; the code path is the one a shell gets (tests/night/test_prestart.py runs the same
+seconds; the code path is the one a shell gets (tests/preflight/test_prestart.py runs the same
 checks through subprocesses).
 """
 from __future__ import annotations
@@ -86,7 +86,7 @@ PARSE = [
      None, "metric", "not UTF-8"),
 ]
 
-# Repository-dependent: the start checks (agent/night/prestart.py). (id, setup(repo, outside) -> program text, field, fragment)
+# Repository-dependent: the start checks (agent/preflight/prestart.py). (id, setup(repo, outside) -> program text, field, fragment)
 
 
 def _missing(repo, outside):

@@ -43,7 +43,7 @@ def test_a_night_over_nanogpt_without_editing_it(tmp_path, data_root):
     # ms_per_iter is an iteration's own time, not the last one's, which includes the final eval
     assert first.metrics["ms_per_iter"] == float(re.search(r"iter 499: .*time ([0-9.]+)ms", log).group(1))
     provenance = json.loads((run_dir / "provenance.json").read_text())
-    from agent.night.data import content_hash
+    from agent.run.data import content_hash
 
     assert provenance["data_hash"] == first.data_hash == content_hash(repo / "data" / "shakespeare_char")
     from agent.review.report import build_context

@@ -11,9 +11,9 @@ import pytest
 from agent.night.proposals import Researchers
 from agent.night.session import build_session
 from agent.program import ProgramError, load_program
-from agent.night.observer import QuietObserver
 from agent.researchers.optuna_researcher import STUDY_NAME
 from agent.review.report import build_context
+from agent.run.observer import QuietObserver
 from tests.fakes.anthropic_api import FakeAnthropic, message, tool_use
 from tests.loop_helpers import cli_env, loop_state, make_repo, nightshift, set_front_matter
 

@@ -179,9 +179,10 @@ def test_in_containers_at_15s_training_past_the_budget_rebuilt_val_and_code_in_a
     Twice the budget, since CI's cores are shared and the allowance grows with the spread it
     measures (25 % at 15 s is flagged on idle cores: tests/decide/test_integrity.py, and the
     figures of benchmarks/integrity.py)."""
-    from tests.night.test_loop_docker import IMAGE, client  # noqa: F401  (builds the image)
     from sandbox.docker import connect
     from sandbox.image import build_host_image
+
+    from tests.night.test_loop_docker import IMAGE
 
     build_host_image(connect(timeout_s=3), IMAGE)
     repo = project_repo(tmp_path / "user", budget="15s", grace="60s", sandbox="docker", image=IMAGE,

@@ -11,10 +11,11 @@ import numpy
 import pytest
 import torch
 
-from agent.night.data import PreparedData
 from agent.record.ledger import Ledger
+from agent.run.data import PreparedData
 from agent.record.provenance import (compare_environments, environment, fingerprint, read_provenance)
-from agent.night.runs import RunExecutor, RunPlan
+from agent.run.executor import RunExecutor
+from agent.run.plan import RunPlan
 from agent.workspace.repo import Workspace
 from sandbox import Limits
 from sandbox.local import LocalRunner

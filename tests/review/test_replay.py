@@ -10,14 +10,15 @@ import pytest
 from agent.record import load
 from agent.record.events import (Decision, DecisionMade, ExperimentProposed, LoopStarted,
                                  Prediction, Verdict)
+from agent.program import load_program
 from agent.record.ledger import Ledger, read_events
 from agent.record.state import fold
-from agent.program import load_program
 from agent.review.replay import (FullScaleRuns, build_replayer, paired_effect, plan_targets,
                           reproduction, spearman)
-from agent.night.runs import RunExecutor, RunPlan
-from agent.night.data import prepare_data
-from agent.night.session import data_cache
+from agent.run.data import prepare_data
+from agent.run.data import data_cache
+from agent.run.executor import RunExecutor
+from agent.run.plan import RunPlan
 from agent.workspace.repo import Workspace
 from sandbox.local import LocalRunner
 

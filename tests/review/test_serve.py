@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.night.lock import TagLock
+from agent.preflight.lock import TagLock
 from agent.record.events import ExperimentProposed, ProposalAsked, RunStarted
 from agent.record.ledger import Ledger, read_events
 from agent.record.state import fold

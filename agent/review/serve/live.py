@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from agent.night.lock import live_holder
+from agent.preflight.lock import live_holder
 from agent.record.events import (AblationPlanned, AblationSummary, Event, LoopResumed, LoopStarted,
                                  LoopStopped, ProposalAsked, ProposalReady, RunStarted)
 from agent.record.state import LoopState

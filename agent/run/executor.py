@@ -11,86 +11,31 @@ judged in one place (agent.decide.integrity.judge_run); this module gathers the 
 from __future__ import annotations
 
 import hashlib
-import sys
 import threading
 import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from agent.decide.integrity import RunEvidence, StepEvidence, judge_run
-from agent.night import checks, grading, outputs
-from agent.night.data import PreparedData, content_hash, folder_facts, repository_data
-from agent.night.live import LiveCurves
-from agent.night.observer import Observer
-from agent.program import Program
 from agent.record.curves import Curve
 from agent.record.events import Role, RunFinished, RunStarted
 from agent.record.ledger import Ledger, utc_now
 from agent.record.provenance import determinism, environment, fingerprint, write_provenance
-from agent.target.overrides import StepCount
+from agent.run import grading, outputs
+from agent.run.budget import BudgetJudgement, judge_budget, reported_steps
+from agent.run.data import PreparedData, content_hash, folder_facts
+from agent.run.live import LiveCurves
+from agent.run.observer import Observer
+from agent.run.plan import RunPlan
+from agent.run.seeding import observe_seeding
 from agent.workspace.repo import Workspace, remove_snapshot
 from cluster.execute import execute
 from cluster.protocol import Job, Outcome, Slot
-from sandbox import Limits, Runner, RunResult, RunSpec, Status
+from sandbox import Runner, RunResult, RunSpec, Status
 from sandbox.digest import digest_files
 from sandbox.protocol import DataMount, RunInterrupted
 
 MAX_DIFF_CHARS = 1_000_000   # a diff larger than this is left to git (the commit pins it anyway)
-
-
-@dataclass
-class RunPlan:
-    """Fixed for one loop invocation: where and how every run of the night happens."""
-
-    command: str
-    metric: str
-    budget_s: float
-    grace_s: float
-    protected: tuple[str, ...]
-    limits: Limits
-    split: str = "val"
-    extra_env: dict[str, str] = field(default_factory=dict)
-    target: str | None = None      # the file the researcher edits; its digest goes in provenance
-    result_file: str = "result.json"
-    metric_pattern: str | None = None
-    metrics_pattern: str | None = None
-    python: str | None = None      # what `python` in the command runs (Nightshift's interpreter)
-    writable_workdir: bool = False
-    mounts: tuple[DataMount, ...] = ()
-    keep: tuple[str, ...] | None = None   # program.md's keep: globs (None: result.json + small files)
-    evaluate: str | None = None    # the evaluation step's command (None: the script's metric)
-    report_tolerance: float = 0.05
-    steps: StepCount | None = None        # the run's step count, where the command or target sets it
-
-    @classmethod
-    def from_program(cls, program: Program, *, budget_s: float | None = None,
-                     split: str = "val") -> "RunPlan":
-        """The plan of a night (or, with another budget and split, of a replay) of `program`:
-        the one place a Program becomes run settings."""
-        limits = Limits(memory_mb=program.limits.memory_mb, pids=program.limits.pids,
-                        cpus=program.limits.cpus, gpu=gpu_for_runs())
-        mount = repository_data(program.root, program.data)
-        return cls(command=program.command, metric=program.metric,
-                   budget_s=program.budget_s if budget_s is None else budget_s,
-                   grace_s=program.grace_s, protected=tuple(program.protected), limits=limits,
-                   split=split, extra_env=dict(program.env), target=program.target,
-                   result_file=program.result_file, metric_pattern=program.metric_pattern,
-                   metrics_pattern=program.metrics_pattern, python=sys.executable,
-                   writable_workdir=True, mounts=(mount,) if mount else (), keep=program.keep,
-                   evaluate=program.evaluate, report_tolerance=program.report_tolerance,
-                   steps=checks.step_count_of(program))
-
-
-
-def gpu_for_runs() -> int | None:
-    """One GPU per run, chosen by the harness: the first one, when there is any."""
-    try:
-        import torch
-
-        return 0 if torch.cuda.is_available() else None
-    except Exception:
-        return None
 
 
 class RunExecutor:
@@ -152,7 +97,7 @@ class RunExecutor:
         if plan.evaluate:
             evaluator = grading.evaluator_snapshot(self.snapshots_dir, snapshot, plan.protected)
             evaluation = grading.evaluation_spec(spec, command=plan.evaluate, snapshot=evaluator,
-                                                 meta=self.data.meta, deadline_s=plan.budget_s + plan.grace_s)
+                                                 meta=self.data.meta, deadline_s=plan.deadline_s)
         self.ledger.append(RunStarted(run_id=run_id, commit=commit, seed=seed, role=role,
                                       experiment=experiment, worker=slot.index if slot else None,
                                       device=slot.device if slot else None, budget_s=plan.budget_s))
@@ -203,7 +148,7 @@ class RunExecutor:
         metric_value = judged.metric
         metrics = {**result.metrics, **_figures(evaluation)}
         seen = self.ledger.state.ok_values(commit)
-        seeding = checks.observe_seeding({**seen, seed: metric_value} if metric_value is not None else seen,
+        seeding = observe_seeding({**seen, seed: metric_value} if metric_value is not None else seen,
                                          self.plan.metric)
         run_dir = self.runs_dir / job.run_id
         env = outcome.environment or environment()
@@ -258,15 +203,15 @@ class RunExecutor:
             eval_duration_s=round(evaluation.duration_s, 3) if evaluation else None,
             fingerprint=_fingerprint(evaluation), hidden=result.hidden_enforced, curve=curve, **slot))
 
-    def _judge_budget(self, commit: str, duration_s: float, metrics: dict) -> checks.BudgetJudgement:
+    def _judge_budget(self, commit: str, duration_s: float, metrics: dict) -> BudgetJudgement:
         """The run's budget, judged by its steps against the plan's step count and the runs of
-        this commit and of the incumbent (agent.night.checks.judge_budget)."""
+        this commit and of the incumbent (agent.run.budget.judge_budget)."""
         state = self.ledger.state
         peers = [(steps, run.duration_s) for run in state.runs
                  if run.ok and run.duration_s and run.commit in (commit, state.incumbent)
-                 and (steps := checks.reported_steps(run.metrics)) is not None]
-        return checks.judge_budget(duration_s, self.plan.budget_s, self.plan.grace_s,
-                                   steps=checks.reported_steps(metrics),
+                 and (steps := reported_steps(run.metrics)) is not None]
+        return judge_budget(duration_s, self.plan.budget_s, self.plan.grace_s,
+                                   steps=reported_steps(metrics),
                                    planned_steps=self.plan.steps.steps if self.plan.steps else None,
                                    peers=peers[-8:])
 

@@ -1,6 +1,6 @@
-"""agent.night.outputs: what of a run's outputs is kept (keep: globs, or result.json and
+"""agent.run.outputs: what of a run's outputs is kept (keep: globs, or result.json and
 small files, not checkpoints), and which tracked files a run changed in its own layer."""
-from agent.night.outputs import is_kept, prune, touches
+from agent.run.outputs import is_kept, prune, touches
 
 
 def test_default_keeps_the_result_and_small_files_but_not_checkpoints():

@@ -1,4 +1,4 @@
-"""The tag's lock (agent/night/lock.py): one live holder, named when another comes; a lock
+"""The tag's lock (agent/preflight/lock.py): one live holder, named when another comes; a lock
 whose holder died (kill -9) is taken over, with a note saying whose it was."""
 import json
 import os
@@ -9,14 +9,14 @@ import sys
 
 import pytest
 
-from agent.night.lock import LOCK_FILE, Holder, TagLock, TagLocked, live_holder, read_holder
+from agent.preflight.lock import LOCK_FILE, Holder, TagLock, TagLocked, live_holder, read_holder
 from tests.loop_helpers import PROJECT
 
 HOLD = f'''
 import sys, time
 sys.path.insert(0, {str(PROJECT)!r})
 from pathlib import Path
-from agent.night.lock import TagLock
+from agent.preflight.lock import TagLock
 lock = TagLock.acquire(Path(sys.argv[1]), "t")
 print("held", flush=True)
 time.sleep(120)

@@ -5,14 +5,14 @@
 `results/nightshift-check/runs/` for their logs), then checks, in order, one `Check` each:
 
   program valid · target and knobs · lines the command overrides · prepare step · data
-  folder · held-out bytes (agent.night.exposure) · sandbox · interpreter (python in the sandbox, its torch and CUDA) · metric found ·
+  folder · held-out bytes (agent.preflight.exposure) · sandbox · interpreter (python in the sandbox, its torch and CUDA) · metric found ·
   seeds change the result · budget respected · nothing written outside the allowed places ·
   your checkout untouched
 
 by running the incumbent (your HEAD) on two seeds with the program's budget, exactly as a
 night's baseline would run. The run checks are the ones `run` prints after its first
-baseline (agent.night.checks.judge_runs). While a run goes, its progress lines are timed
-(agent.night.run_length): the estimate of its length is said as soon as it is known, a run
+baseline (agent.preflight.checks.judge_runs). While a run goes, its progress lines are timed
+(agent.preflight.run_length): the estimate of its length is said as soon as it is known, a run
 that clearly cannot finish inside budget + grace is stopped then, and no second seed runs
 after a first that was stopped or killed.
 """
@@ -24,17 +24,18 @@ import threading
 from pathlib import Path
 from typing import Callable
 
-from agent.night.checks import StoppedEarly, Verdict, judge_runs
-from agent.night.data import DataError, PreparedData, folder_facts, prepare_data, repository_data
-from agent.night.outputs import human_bytes
-from agent.night.run_length import RunLength, RunLengthWatch, length_fix
-from agent.night.runs import RunExecutor, RunPlan, gpu_for_runs
+from agent.preflight.checks import Checklist, StoppedEarly, judge_runs
+from agent.preflight.run_length import RunLength, RunLengthWatch, length_fix
 from agent.program import Program
 from agent.record.events import Role, RunFinished
 from agent.record.ledger import Ledger
+from agent.researchers.registry import resolve_researcher_name
+from agent.run.data import DataError, PreparedData, folder_facts, prepare_data, repository_data
+from agent.run.executor import RunExecutor
+from agent.run.outputs import human_bytes
+from agent.run.plan import RunPlan, gpu_for_runs
 from agent.target.knobs import KnobError, find_knobs, format_value
 from agent.target.overrides import overridden
-from agent.researchers.registry import resolve_researcher_name
 from agent.workspace.repo import Workspace, WorkspaceError, remove_snapshot
 from sandbox import Limits, RunSpec, SandboxUnavailable, Status
 
@@ -60,19 +61,20 @@ Say = Callable[[str], None]
 
 
 def preflight(program: Program, *, sandbox: str, budget_s: float | None = None,
-              say: Say = lambda text: None, on_output: Callable[[str], None] | None = None) -> Verdict:
+              say: Say = lambda text: None, on_output: Callable[[str], None] | None = None) -> Checklist:
     """Check `program` as a night would run it; `say` hears progress. Never raises for a
     problem of the user's: each becomes a failed Check with its fix."""
-    from agent.night.session import data_cache, results_dir
+    from agent.run.data import data_cache
+    from agent.run.plan import results_dir
     from sandbox.select import make_runner
 
     if budget_s is not None:
         program = program.with_overrides(budget=budget_s)
-    verdict = Verdict()
+    verdict = Checklist()
     verdict.add("program valid", True, f"{program.path.name}: command `{program.command}`, "
                 f"metric {program.metric} ({program.direction}), budget {program.budget_s:g} s")
-    from agent.night.grading import measurement_note
-    from agent.night.prestart import PrestartError, check_paths
+    from agent.run.grading import measurement_note
+    from agent.preflight.prestart import PrestartError, check_paths
 
     verdict.add("metric measured apart", *measurement_note(program.evaluate, program.edits, program.target))
 
@@ -144,7 +146,7 @@ def _run_seeds(executor: RunExecutor, head: str, program: Program, say: Say,
     runs: list[RunFinished] = []
     for seed in CHECK_SEEDS:
         say(f"running {head[:8]} on seed {seed} (budget {plan.budget_s:g} s, grace {plan.grace_s:g} s)")
-        watch = RunLengthWatch(deadline_s=plan.budget_s + plan.grace_s, steps=plan.steps,
+        watch = RunLengthWatch(deadline_s=plan.deadline_s, steps=plan.steps,
                                target=program.target, metrics_pattern=plan.metrics_pattern,
                                told_budget="{budget_s}" in plan.command)
         stop = threading.Event()
@@ -201,7 +203,7 @@ def _remove_snapshots(results: Path) -> None:
         shutil.rmtree(snapshots, ignore_errors=True)
 
 
-def _target_and_knobs(verdict: Verdict, program: Program, workspace: Workspace) -> bool:
+def _target_and_knobs(verdict: Checklist, program: Program, workspace: Workspace) -> bool:
     head = workspace.head()
     try:
         source = workspace.read(program.target, head)
@@ -244,7 +246,7 @@ def _target_and_knobs(verdict: Verdict, program: Program, workspace: Workspace) 
     return True
 
 
-def _overridden_lines(verdict: Verdict, program: Program, workspace: Workspace) -> None:
+def _overridden_lines(verdict: Checklist, program: Program, workspace: Workspace) -> None:
     """The target's assignments that a flag of the command overrides: dead lines (a knob
     among them is refused when program.md is loaded)."""
     try:
@@ -261,7 +263,7 @@ def _overridden_lines(verdict: Verdict, program: Program, workspace: Workspace) 
                 f"editing them does nothing (an LLM researcher is told they are fixed)")
 
 
-def _prepare(verdict: Verdict, program: Program, workspace: Workspace, cache: Path):
+def _prepare(verdict: Checklist, program: Program, workspace: Workspace, cache: Path):
     try:
         data = prepare_data(program.prepare, workspace.path, cache)
     except (DataError, OSError, ValueError) as error:
@@ -278,7 +280,7 @@ def _prepare(verdict: Verdict, program: Program, workspace: Workspace, cache: Pa
     return data
 
 
-def _data_folder(verdict: Verdict, program: Program) -> bool:
+def _data_folder(verdict: Checklist, program: Program) -> bool:
     if program.data is None:
         return True
     try:
@@ -293,11 +295,11 @@ def _data_folder(verdict: Verdict, program: Program) -> bool:
     return True
 
 
-def _held_out_bytes(verdict: Verdict, program: Program, data: PreparedData, mount_ok: bool) -> None:
+def _held_out_bytes(verdict: Checklist, program: Program, data: PreparedData, mount_ok: bool) -> None:
     """Whether training can read the evaluation split's bytes: a split file nothing hides, or
-    a file holding its text (agent.night.exposure)."""
-    from agent.night import grading
-    from agent.night.exposure import find_exposures
+    a file holding its text (agent.preflight.exposure)."""
+    from agent.run import grading
+    from agent.preflight.exposure import find_exposures
 
     hidden = {data.path / item.path for item in grading.hidden_files(data.meta, grading.TRAINING_SEES)}
     folders = [data.path] + ([program.root / program.data] if program.data and mount_ok else [])
@@ -316,7 +318,7 @@ def _held_out_bytes(verdict: Verdict, program: Program, data: PreparedData, moun
                                          "no file the training step reads is named or holds a held-out split") + where)
 
 
-def _interpreter(verdict: Verdict, executor: RunExecutor, commit: str, results: Path) -> None:
+def _interpreter(verdict: Checklist, executor: RunExecutor, commit: str, results: Path) -> None:
     """Run the probe in the sandbox: what `python` in the command is there, and its torch."""
     out = results / "probe" / "out"
     out.mkdir(parents=True, exist_ok=True)

@@ -5,142 +5,28 @@ across seeds; both assume that a different seed gives a different run, and that 
 spends about its budget. A script that seeds itself (nanoGPT's 1337) or counts steps
 instead of seconds breaks those assumptions silently, so they are checked, not assumed:
 
-- `judge_budget`: from one run's duration and the steps it reports, whether it stopped at
-  its wall-clock budget, stopped on its own after a step count (step-budgeted: allowed, and
-  said; judged by its steps against the count the command sets and the incumbent's runs,
-  so a loaded machine does not make a step count look like a wall clock), or ran past it;
-- `observe_seeding`: from a commit's runs, whether the metric varies with the seed;
+- `judge_budget` (agent/run/budget.py): whether one run kept to its budget;
+- `observe_seeding` (agent/run/seeding.py): whether a commit's metric varies with the seed;
 - `baseline_verdict`: after the first baseline, one line per check; `stop` is set when the
   loop must not go on (identical metrics on different seeds: every candidate would be a
   seed change, the trap the keep rule exists to avoid);
-- `Verdict`: the lines `nightshift check` (agent.night.preflight) and `run` print.
+- `Checklist`: the lines `nightshift check` (agent/preflight/check.py) and `run` print.
 """
 from __future__ import annotations
 
-import math
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Mapping
 
-from agent.night.outputs import human_bytes
 from agent.program import Program
 from agent.record.events import Role, RunFinished
 from agent.record.provenance import read_provenance
 from agent.record.state import LoopState
-from agent.target.overrides import StepCount, step_count
-
-STEP_BUDGET_FRACTION = 0.75   # a run that ends before this share of its budget stopped on its own
-
-
-@dataclass(frozen=True)
-class BudgetJudgement:
-    kind: str                  # "wall_clock" | "step" | "over_budget"
-    over_s: float | None       # seconds past the budget, when past it by more than the tolerance
-    note: str                  # one sentence for provenance and the check
-
-
-# The figures under which a run reports how far it trained: optimizer steps, else tokens.
-STEP_METRICS = ("steps", "step", "iter", "iters", "iteration", "iterations", "global_step",
-                "num_steps", "train_steps", "tokens", "train_tokens", "tokens_seen")
-SAME_PACE = 0.15   # durations within this share of each other say nothing about the budget
-
-
-def reported_steps(metrics: Mapping[str, Any]) -> float | None:
-    """How far a run says it trained (its steps, else its tokens), from its metrics."""
-    for name in STEP_METRICS:
-        value = metrics.get(name)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-            return float(value)
-    return None
-
-
-def step_count_of(program: Program) -> StepCount | None:
-    """How many steps a run of `program` takes, where its command or target (as in the
-    checkout) says so: nanoGPT's --max_iters=2000, a config's max_steps = 500."""
-    path = program.root / program.target
-    try:
-        source = path.read_text(encoding="utf-8", errors="replace") if path.is_file() else ""
-    except OSError:
-        source = ""
-    return step_count(source, program.target, program.command)
-
-
-def budget_tolerance_s(budget_s: float, grace_s: float) -> float:
-    """How far past its budget a run may end before it is flagged: startup and the final
-    evaluation take some seconds (10 s or a quarter of the budget), but never more than half
-    the grace, past which the run is killed, so a script that overruns is flagged before it
-    is killed."""
-    return min(0.5 * grace_s, max(10.0, 0.25 * budget_s))
-
-
-def judge_budget(duration_s: float | None, budget_s: float, grace_s: float, *,
-                 steps: float | None = None, planned_steps: int | None = None,
-                 peers: Iterable[tuple[float, float]] = ()) -> BudgetJudgement:
-    """Whether a run stopped at its wall-clock budget, on its own after a step count, or ran
-    past its budget. Judged by the steps the run reports where they tell: as many as the
-    command or target sets (`planned_steps`), or as many as a run of the incumbent took
-    (`peers`: (steps, duration)) in a clearly different time, is a step count, however long
-    it took on a loaded machine. Otherwise by its wall clock: a run that ends well before
-    its budget stopped on its own."""
-    duration = duration_s or 0.0
-    evidence = _step_evidence(duration, steps, planned_steps, peers)
-    if duration > budget_s + budget_tolerance_s(budget_s, grace_s):
-        over = round(duration - budget_s, 1)
-        why = (f"step-budgeted ({evidence}), so a slower machine or a slower candidate takes longer"
-               if evidence else "it does not stop at the budget (step-budgeted, or it ignores "
-               "NIGHTSHIFT_BUDGET_S)")
-        return BudgetJudgement("over_budget", over, (
-            f"ran {duration:.0f} s, past its {budget_s:g} s budget by {over:g} s: {why}"))
-    if evidence:
-        return BudgetJudgement("step", None, (
-            f"step-budgeted: {evidence}, for a {budget_s:g} s budget; it stops after a step count, not at the budget, so a slower machine makes it take "
-            f"longer, not train less; allowed, but the budget does not bound its compute"))
-    if duration < STEP_BUDGET_FRACTION * budget_s:
-        return BudgetJudgement("step", None, (
-            f"step-budgeted: finished in {duration:.1f} s of its {budget_s:g} s budget, so it stops "
-            f"on its own (a step or epoch count), not at the budget; allowed, but the budget does "
-            f"not bound its compute"))
-    trained = f" and {steps:g} steps" if steps is not None else ""
-    return BudgetJudgement("wall_clock", None, (
-        f"wall clock: ran {duration:.1f} s{trained} for a {budget_s:g} s budget, so the number of "
-        f"steps depends on the machine's speed"))
-
-
-def _step_evidence(duration: float, steps: float | None, planned: int | None,
-                   peers: Iterable[tuple[float, float]]) -> str:
-    """Why a run's steps show a step count ("" when they do not)."""
-    if steps is None:
-        return ""
-    if planned is not None and steps in (planned, planned + 1):   # a last step, or step 0 counted
-        return f"{steps:g} steps in {duration:.1f} s, the count its command or target sets"
-    for peer_steps, peer_duration in peers:
-        if peer_steps == steps and abs(duration - peer_duration) > SAME_PACE * max(duration, peer_duration):
-            return f"the same {steps:g} steps in {duration:.0f} s as another run in {peer_duration:.0f} s"
-    return ""
-
-
-@dataclass(frozen=True)
-class SeedingObservation:
-    kind: str                  # "varies" | "identical" | "unobserved"
-    note: str
-
-
-def observe_seeding(values: Mapping[int, float], metric: str) -> SeedingObservation:
-    """Whether a commit's metric changed with the seed, from its successful runs."""
-    if len(values) < 2:
-        return SeedingObservation("unobserved", "not yet observed: fewer than two seeds of this "
-                                                "commit have succeeded")
-    seeds = ", ".join(str(s) for s in sorted(values))
-    if len(set(values.values())) == 1:
-        value = next(iter(values.values()))
-        return SeedingObservation("identical", (
-            f"observed identical: {metric} {value:.6g} on every seed ({seeds}); the script "
-            f"ignores the seed"))
-    return SeedingObservation("varies", f"observed to vary: {metric} differs across seeds {seeds}")
-
-
-# ---- verdicts ------------------------------------------------------------------------------
+from agent.run.budget import judge_budget, reported_steps, step_count_of
+from agent.run.outputs import human_bytes
+from agent.run.seeding import observe_seeding
+from agent.target.overrides import StepCount
 
 @dataclass(frozen=True)
 class Check:
@@ -157,7 +43,7 @@ class Check:
 
 
 @dataclass
-class Verdict:
+class Checklist:
     checks: list[Check] = field(default_factory=list)
     stop: str | None = None    # why the loop must not go on (None: it may)
 
@@ -213,7 +99,7 @@ class StoppedEarly:
     killed: bool = False       # killed at budget + grace (judged as usual, `sentence` added)
 
 
-def judge_runs(verdict: Verdict, runs: list[RunFinished], program: Program, results_dir: Path,
+def judge_runs(verdict: Checklist, runs: list[RunFinished], program: Program, results_dir: Path,
                budget_s: float, *, planned: StepCount | None = None,
                stopped: StoppedEarly | None = None) -> None:
     """The run checks shared by `check` and the first baseline: metric found, seeds change
@@ -281,7 +167,7 @@ def judge_runs(verdict: Verdict, runs: list[RunFinished], program: Program, resu
     _judge_progress(verdict, runs, program)
 
 
-def _judge_writes(verdict: Verdict, runs: list[RunFinished], program: Program, results_dir: Path) -> None:
+def _judge_writes(verdict: Checklist, runs: list[RunFinished], program: Program, results_dir: Path) -> None:
     records = [read_provenance(results_dir / Path(r.provenance).parent) for r in runs if r.provenance]
     outputs = [rec.get("outputs") for rec in records if rec and rec.get("outputs")]
     tampered = [r for r in runs if r.status.value == "tampered"]
@@ -335,9 +221,9 @@ def _fix_for(run: RunFinished, results_dir: Path, budget: str = BUDGET_FIX) -> s
     return f"{log}; fix the script or the command, then check again"
 
 
-def baseline_verdict(state: LoopState, program: Program, results_dir: Path) -> Verdict:
+def baseline_verdict(state: LoopState, program: Program, results_dir: Path) -> Checklist:
     """The checks of the first baseline's runs (the base commit's reference runs)."""
-    verdict = Verdict()
+    verdict = Checklist()
     runs = [r for r in state.runs if r.commit == state.base_commit and r.role == Role.REFERENCE]
     judge_runs(verdict, runs, program, results_dir, state.budget_s or program.budget_s,
                planned=step_count_of(program))
@@ -354,7 +240,7 @@ _PLACED = {"elapsed": "on its own training clock", "steps": "on the steps it ann
            "clock": "step for step against the incumbent's steps (it prints no training time)"}
 
 
-def _judge_progress(verdict: Verdict, runs: list[RunFinished], program: Program) -> None:
+def _judge_progress(verdict: Checklist, runs: list[RunFinished], program: Program) -> None:
     """Whether the harness reads the runs' progress: the curve early stopping compares."""
     curves = [r.curve for r in runs if r.ok]
     if not program.early_stop.enabled or not curves:

@@ -1,7 +1,7 @@
-"""agent/night/exposure.py: the files training can read that hold the evaluation split's bytes."""
+"""agent/preflight/exposure.py: the files training can read that hold the evaluation split's bytes."""
 from pathlib import Path
 
-from agent.night.exposure import find_exposures
+from agent.preflight.exposure import find_exposures
 
 TEXT = "".join(f"line {i}: to be, or not to be, that is the question {i * 7919 % 1000}\n" for i in range(3000))
 

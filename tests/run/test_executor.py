@@ -6,9 +6,10 @@ import sys
 
 import pytest
 
-from agent.night.data import PreparedData
-from agent.night.runs import RunExecutor, RunPlan
 from agent.record.ledger import Ledger
+from agent.run.data import PreparedData
+from agent.run.executor import RunExecutor
+from agent.run.plan import RunPlan
 from agent.workspace.repo import Workspace
 from sandbox import Limits, Status
 from sandbox.isolation import Isolation
@@ -70,7 +71,7 @@ def test_a_data_folder_gets_a_content_hash_once_cached_by_its_stat_digest(tmp_pa
     """The report's data corpus showed '-' for a data: folder (only a stat digest was kept).
     Its content hash is taken once and cached: the same files are not read again, changed
     bytes give another hash."""
-    from agent.night.data import content_hash
+    from agent.run.data import content_hash
 
     folder = tmp_path / "data"
     folder.mkdir()

@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from agent.run.plan import RunPlan
 from agent.target.overrides import StepCount, command_flags
 from sandbox.progress import ProgressReader
 
@@ -165,12 +166,8 @@ class LengthWarnings:
     before one finishes) and, the first time one clearly cannot finish inside budget +
     grace, says so once with the fix: the estimate `check` gives, at the start of `run`."""
 
-    def __init__(self, inner: Any, *, budget_s: float, grace_s: float, steps: StepCount | None,
-                 target: str, command: str, metrics_pattern: str | None) -> None:
-        self._inner = inner
-        self._budget_s, self._grace_s = budget_s, grace_s
-        self._steps, self._target, self._command = steps, target, command
-        self._pattern = metrics_pattern
+    def __init__(self, inner: Any, plan: RunPlan) -> None:
+        self._inner, self._plan = inner, plan
         self._watches: dict[str, RunLengthWatch] = {}
         self._done = False
         self._lock = threading.Lock()
@@ -181,9 +178,10 @@ class LengthWarnings:
     def run_started(self, run_id: str, *args: Any, **kwargs: Any) -> None:
         with self._lock:
             if not self._done:
+                plan = self._plan
                 self._watches[run_id] = RunLengthWatch(
-                    deadline_s=self._budget_s + self._grace_s, steps=self._steps, target=self._target,
-                    metrics_pattern=self._pattern, told_budget="{budget_s}" in self._command)
+                    deadline_s=plan.deadline_s, steps=plan.steps, target=plan.target or "",
+                    metrics_pattern=plan.metrics_pattern, told_budget="{budget_s}" in plan.command)
         self._inner.run_started(run_id, *args, **kwargs)
 
     def output(self, run_id: str, line: str) -> None:
@@ -206,8 +204,8 @@ class LengthWarnings:
                 return
             self._done = True
             self._watches.clear()
-        deadline = self._budget_s + self._grace_s
+        plan = self._plan
         self._inner.message(
-            f"warning: {estimate.sentence(self._budget_s)}, and grace {self._grace_s:g} s: every "
-            f"run of this night would be killed at {deadline:g} s. Stop it (Ctrl-C) and fix: "
-            f"{length_fix(estimate, self._steps, self._command, self._budget_s)}")
+            f"warning: {estimate.sentence(plan.budget_s)}, and grace {plan.grace_s:g} s: every "
+            f"run of this night would be killed at {plan.deadline_s:g} s. Stop it (Ctrl-C) and fix: "
+            f"{length_fix(estimate, plan.steps, plan.command, plan.budget_s)}")

@@ -7,7 +7,7 @@ import sys
 import time
 
 from tests.loop_helpers import cli_env, events, loop_state, nightshift
-from tests.night.test_prestart import repo_with
+from tests.preflight.test_prestart import repo_with
 
 
 def test_a_resume_ends_the_runs_an_older_harness_left_running(tmp_path):

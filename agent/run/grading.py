@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Mapping
 
 from agent.workspace.repo import remove_snapshot
-from sandbox.trees import read_only_tree
 from sandbox import RunSpec
 from sandbox.digest import digest_files
 from sandbox.protocol import HeldOut, HiddenFile
+from sandbox.trees import read_only_tree
 
 TRAINING_SEES = ("train",)
 

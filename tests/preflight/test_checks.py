@@ -1,11 +1,13 @@
-"""agent.night.checks: what a run's duration says about its budget, what a commit's runs say
+"""agent.preflight.checks: what a run's duration says about its budget, what a commit's runs say
 about seeding, and the verdict the first baseline prints (or stops on)."""
 import pytest
 
-from agent.night.checks import Verdict, baseline_verdict, budget_tolerance_s, judge_budget, observe_seeding
+from agent.preflight.checks import Checklist, baseline_verdict
 from agent.program import parse_program
 from agent.record.events import LoopStarted, Role, RunFinished
 from agent.record.state import fold
+from agent.run.budget import budget_tolerance_s, judge_budget
+from agent.run.seeding import observe_seeding
 from sandbox import Status
 
 
@@ -45,7 +47,7 @@ def test_a_wall_clock_run_is_not_taken_for_a_step_count():
 
 
 def test_steps_are_read_from_the_usual_names():
-    from agent.night.checks import reported_steps
+    from agent.run.budget import reported_steps
 
     assert reported_steps({"iter": 2000, "val_loss": 1.2}) == 2000
     assert reported_steps({"steps": 310, "tokens": 9.9e6}) == 310
@@ -89,7 +91,7 @@ def test_a_seed_given_yet_ignored_gets_another_fix(tmp_path):
 
 
 def test_verdict_lines_mark_each_check():
-    verdict = Verdict()
+    verdict = Checklist()
     verdict.add("metric found", True, "val_loss 2.0")
     verdict.add("prepare step", None, "none")
     verdict.add("budget respected", False, "ran 93 s", "stop at the budget")

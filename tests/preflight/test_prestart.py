@@ -1,4 +1,4 @@
-"""What `run` checks before it writes anything (agent/night/prestart.py), through the real
+"""What `run` checks before it writes anything (agent/preflight/prestart.py), through the real
 CLI on real repositories: the target is a committed file of the repository, nothing named
 in program.md leaves it through a link, uncommitted edits are not silently ignored, a tag
 reused after its results were deleted is caught before the baseline, a night that never

@@ -1,6 +1,6 @@
-"""agent.night.run_length: a run's length estimated from its progress lines as they come,
+"""agent.preflight.run_length: a run's length estimated from its progress lines as they come,
 on the harness's clock, and when that estimate is clear enough to stop the run."""
-from agent.night.run_length import RunLengthWatch, duration, length_fix
+from agent.preflight.run_length import RunLengthWatch, duration, length_fix
 from agent.target.overrides import Flag, StepCount
 
 MAX_ITERS = StepCount(2000, "max_iters", Flag("max_iters", "2000", "--max_iters=2000"), None)

@@ -1,4 +1,4 @@
-"""The curves of runs in flight (agent/night/live.py) and what the night hands the early-stop
+"""The curves of runs in flight (agent/run/live.py) and what the night hands the early-stop
 rule (agent/night/early_stops.py): read live, placed on the budget, compared with the right
 partner, calibrated on pairs derived from the ledger alone."""
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 from agent.decide.early_stop import EarlyStopSettings
 from agent.decide.sequential import SequentialRule
 from agent.night.early_stops import MEAN, SAME_SEED, EarlyStopping, aligned, finished_pairs
-from agent.night.live import LiveCurves
 from agent.record.curves import Curve, CurvePoint, mean_curve
+from agent.run.live import LiveCurves
 from agent.record.events import (ExperimentProposed, LoopStarted, Role, RunFinished, RunStarted,
                                  RunStoppedEarly)
 from agent.record.state import fold

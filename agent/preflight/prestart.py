@@ -5,7 +5,7 @@ program.md's own fields are validated when it is read (agent/program.py); what n
 repository is checked here, once, by `prestart`, before the lock, the branch, the worktree
 or the results folder exist. A failure is a PrestartError whose message names the file,
 the line and the field (as program.md's errors do) and the fix; `code` is the exit code.
-Nothing here changes the repository or the disk. (`nightshift check`, agent/night/preflight.py,
+Nothing here changes the repository or the disk. (`nightshift check`, agent/preflight/check.py,
 goes further: it runs the script; it reuses `check_paths`.)
 """
 from __future__ import annotations
