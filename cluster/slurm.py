@@ -23,7 +23,7 @@ restarting it behind the harness's back; a node that fails fails only its run.
 
 Job names are `<job prefix>-<run id>`, the prefix naming the tag and its results folder, so a
 harness killed with jobs queued leaves them findable: the next `run --tag` cancels them
-(agent/night/leftovers.py). Ctrl-C and the loop's exits cancel them through `cancel_all`. And
+(agent/preflight/leftovers.py). Ctrl-C and the loop's exits cancel them through `cancel_all`. And
 the harness rewrites a heartbeat in the shared folder every few seconds; a job whose harness
 stopped beating stops its run by itself (cluster/slurm_node.watch_harness).
 """
@@ -40,8 +40,8 @@ from typing import Any, Callable
 from cluster import slurm_queue as queue
 from cluster.protocol import (ClusterUnavailable, Dispatched, Job, OnDispatched, OnDone, OnOutput,
                               Outcome, Slot, Workers)
-from cluster.slurm_jobs import Request, job_deadline_s, make_executor, probe_nodes, remove_job_files
 from cluster.slurm_area import SharedArea
+from cluster.slurm_jobs import Request, job_deadline_s, make_executor, probe_nodes, remove_job_files
 from cluster.slurm_node import BEGAN, HARNESS_LOST_S, OUTPUT, run_on_node
 from cluster.slurm_settings import SlurmSettings, check_shared_dir, time_limit_min
 from cluster.staging import run_folder

@@ -29,7 +29,7 @@ from sandbox.trees import remove_tree
 class SharedArea:
     def __init__(self, shared: Path, prefix: str) -> None:
         """Make the tag's folder; clear what a killed harness of the tag left in runs/ and
-        submitit/ (its jobs were cancelled before this one started: agent/night/leftovers.py)."""
+        submitit/ (its jobs were cancelled before this one started: agent/preflight/leftovers.py)."""
         self.shared, self.root = shared, shared / "nightshift" / prefix
         for folder in ("runs", "submitit"):
             remove_tree(self.root / folder)
