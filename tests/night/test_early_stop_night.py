@@ -153,11 +153,15 @@ def assert_early_stopping_held(state, killed: str | None = None, one_worker: boo
     assert all(r.ok and r.curve.reached >= 0.99 for r in crossing.runs)
     # the night's first candidate, a clear loser, stopped at the first checkpoint before the
     # night had finished a single pair: its gap there (1.2 × a fifth of the budget) is over
-    # ten times the spread of the baseline's curves; one within the noise ran to the end
+    # ten times the spread of the baseline's curves. One within the noise at the first checkpoint
+    # (0.05 worse: a gap of 0.0125 there, under the curves' spread) is not stopped there; later,
+    # once its own luck has shown on its curve, a stop is a right call (it is worse), and with
+    # four workers the seeds it meets, and so its luck, vary from night to night
     if one_worker:
         first = stops[named["worse by 1.20"].id]
         assert first.checkpoint == 0.25 and first.pairs == 0, first
-    assert named["worse by 0.05"].id not in stops
+    small = stops.get(named["worse by 0.05"].id)
+    assert small is None or small.checkpoint > 0.25, small
     # an incumbent run is never stopped: every stop is a candidate run's, every reference ran out
     started = {r.run_id: r for r in state.runs + state.interrupted}
     assert all(started[stop.run_id].role == Role.CANDIDATE for stop in state.early_stops.values())
