@@ -26,3 +26,26 @@ def test_the_site_builds_strictly(tmp_path):
     assert "early_stop" in fields and "report_tolerance" in fields     # every field of the parser
     nanogpt = (tmp_path / "site" / "examples" / "nanogpt" / "index.html").read_text()
     assert "metric_pattern" in nanogpt                                 # the example's own program.md
+
+
+def test_the_readme_is_short_and_its_program_md_parses(tmp_path):
+    """The README stays a five-minute read, and the program.md it shows a newcomer is one
+    the parser accepts against a script with those knobs (a README that drifts from the
+    parser fails here)."""
+    import git
+
+    from agent.program import parse_program
+
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 250
+    block = readme.split("```yaml\n---\n", 1)[1].split("```", 1)[0]
+    repo = tmp_path / "yours"
+    repo.mkdir()
+    (repo / "train.py").write_text("LR = 3e-3\nN_LAYER = 4\nprint('val_loss=1.0')\n")
+    (repo / "data.py").write_text("")
+    (repo / "eval.py").write_text("")
+    git.Repo.init(repo)
+    program = parse_program("---\n" + block, repo / "program.md")
+    assert program.target == "train.py" and program.metric == "val_loss"
+    assert set(program.knobs) == {"LR", "N_LAYER"} and program.edits == "knobs"
+    assert program.budget_s == 60

@@ -104,11 +104,11 @@ def test_a_misspelled_placeholder_stops_before_anything_runs(tmp_path, data_root
     assert not (repo / "results" / "typo").exists()
 
 
-def test_the_readme_shows_the_nanogpt_example_in_full():
+def test_the_guide_shows_the_nanogpt_example_in_full():
     from tests.loop_helpers import PROJECT
 
-    readme = (PROJECT / "README.md").read_text()
-    block = readme.split("```yaml\n---\n# karpathy/nanoGPT", 1)[1].split("```", 1)[0]
+    guide = (PROJECT / "docs" / "guides" / "your-script.md").read_text()
+    block = guide.split("```yaml\n---\n# karpathy/nanoGPT", 1)[1].split("```", 1)[0]
     block = "---\n# karpathy/nanoGPT" + block
     example = (PROJECT / "examples" / "nanogpt" / "program.md").read_text()
     assert example.startswith(block)
