@@ -14,6 +14,7 @@ from agent.record.state import fold
 from agent.review.efficiency import SHARES, calibration_seeds, night_efficiency
 from agent.review.report import build_context, write_report
 from sandbox import Status
+from tests.loop_helpers import cli_env, make_repo, nightshift
 
 PROGRAM = {"decision": "sequential", "direction": "minimize",
            "seeds": {"baseline": 2, "screen": 1, "max": 2, "repeat": 1}}
@@ -118,6 +119,14 @@ def test_status_and_the_report_show_the_figure(tmp_path):
            "+0.01865 per run" in text
     assert ("runs: calibration 38% (5), paired references 23% (3), candidates to the end 15% (2), "
             "stopped early 8% (1), failed 15% (2)") in text
+    # the command itself, on a repository holding the night
+    repo = make_repo(tmp_path / "user", {"program.md": "---\nresearcher: scripted\n---\nA toy.\n"})
+    write_night(repo / "results" / "eff")
+    done = nightshift(repo, "status", "--tag", "eff", env=cli_env(tmp_path / "data"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    shown = " ".join(done.stdout.split())
+    assert "efficiency: estimated improvement +0.2425" in shown and "+0.01865 per run" in shown
+    assert "calibration 38% (5), paired references 23% (3)" in shown
     context = build_context(folder)
     assert context["efficiency"]["runs"] == 13 and context["efficiency"]["calibration"] == 5
     page = write_report(folder).html.read_text()
