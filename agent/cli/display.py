@@ -13,7 +13,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from agent.decide.decision import pooled_sd
-from agent.record.events import DecisionMade, Role, RunFinished, Usage, Verdict
+from agent.record.events import DecisionMade, LoopStarted, Role, RunFinished, Usage, Verdict
 from agent.record.ledger import read_events
 from agent.record.state import LoopState, fold
 from agent.record.views import early_stops, queue_time, timeline_text, utilisation
@@ -154,6 +154,18 @@ def incumbent_line(state: LoopState, metric: str, direction: str = "minimize") -
     return line
 
 
+def efficiency_lines(state: LoopState, folder: Path, direction: str = "minimize") -> list[str]:
+    """The night's efficiency (agent/review/efficiency.py): the estimated improvement per run
+    and per run-hour, then where the runs went. Nothing before the first run."""
+    from agent.review.efficiency import calibration_seeds, night_efficiency
+
+    if not state.runs and not state.interrupted:
+        return []
+    started = next((e for e in read_events(folder) if isinstance(e, LoopStarted)), None)
+    figure = night_efficiency(state, direction, calibration_seeds(started.program if started else None))
+    return [f"efficiency: {figure.line()}", f"  runs: {figure.shares_line()}"]
+
+
 def same_seed_line(state: LoopState, sd: float, dof: int) -> str | None:
     """How much two commits on one seed share, pooled over the night, and the baseline's
     same-seed repeat: what the keep rule credits to pairing (agent/decide/pairing.py)."""
@@ -207,6 +219,8 @@ def print_status(console: Console, folder: Path, metric: str, state: LoopState |
     incumbent = incumbent_line(state, metric, direction)
     if incumbent:
         console.print(f"  {incumbent}")
+    for line in efficiency_lines(state, folder, direction):
+        console.print(f"  {line}")
     if sd is not None:
         console.print(f"  seed noise: sd {sd:.4f} ({dof} degrees of freedom, pooled over commits)")
         line = same_seed_line(state, sd, dof)

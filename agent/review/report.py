@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.decide.decision import mean_difference, pooled_sd
+from agent.decide.decision import pooled_sd
 from agent.preflight.lock import live_holder
 from agent.record.events import (LoopStarted, ReplayCommit, ReplayRun, ReplaySummary, Verdict,
                                  encode)
@@ -30,6 +30,7 @@ from agent.record.state import Experiment, LoopState, fold
 from agent.record.views import early_stops, queue_time, utilisation
 from agent.review.ablation_panel import ablation_panels
 from agent.review.charts import calibration_chart, progress_chart, progress_png
+from agent.review.efficiency import calibration_seeds, estimated_improvement, night_efficiency
 from agent.review.experiment_view import experiment_views
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -141,6 +142,7 @@ def build_context(tag_dir: Path, *, metric: str | None = None, direction: str | 
                      "n": len(base_ref)},
         "best": best,
         "improvement": _improvement(state, direction),
+        "efficiency": night_efficiency(state, direction, calibration_seeds(program)).to_dict(),
         "noise": {"sd": sd, "dof": dof},
         "experiments": experiments,
         "chart": progress_chart(chart_data, metric=metric),
@@ -220,19 +222,9 @@ def _level(state: LoopState, commit: str) -> dict[str, Any]:
 
 
 def _improvement(state: LoopState, direction: str) -> dict[str, Any] | None:
-    """The night's headline: the incumbent on its fresh seeds against the baseline on its
-    own, in the program's direction (positive = better), with a 95% interval; None when
-    nothing was kept or the incumbent is not measured yet."""
-    if not state.incumbent or state.incumbent == state.base_commit:
-        return None
-    incumbent, base = state.reference(state.incumbent), state.reference(state.base_commit or "")
-    if not incumbent or not base:
-        return None
-    found = mean_difference(incumbent, base)
-    sign = -1 if direction == "minimize" else 1
-    interval = sorted(sign * bound for bound in found.interval) if found.interval else None
-    return {"value": sign * found.estimate, "interval": interval, "level": found.level,
-            "paired": found.paired, "n_incumbent": found.n_a, "n_baseline": found.n_b}
+    """The night's headline (agent/review/efficiency.py): the incumbent on its fresh seeds
+    against the baseline on its own, positive = better; None until measured."""
+    return estimated_improvement(state, direction)
 
 
 def _experiment_row(state: LoopState, experiment: Experiment, tag_dir: Path,
