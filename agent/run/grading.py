@@ -37,9 +37,9 @@ def measurement_note(evaluate: str | None, edits: str, target: str) -> tuple[boo
         return True, (f"measured apart: `{evaluate}` scores what training leaves, in a sandbox of "
                       f"its own that holds only the protected files (never {target})")
     if edits == "knobs":
-        return None, (f"the training script reports its own metric; edits are limited to the "
-                      f"knobs' values, so the researcher cannot rewrite how it is measured (unless a "
-                      f"knob itself changes the evaluation); `evaluate:` would measure it apart")
+        return None, ("the training script reports its own metric; edits are limited to the "
+                      "knobs' values, so the researcher cannot rewrite how it is measured (unless a "
+                      "knob itself changes the evaluation); `evaluate:` would measure it apart")
     return None, (f"the metric comes from code the researcher may edit ({target}, no evaluate:): an "
                   f"LLM researcher can change how it is measured, and a bent number passes the keep "
                   f"rule like a real one. Add `evaluate:` (a protected command that scores the "
