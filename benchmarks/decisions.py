@@ -67,6 +67,8 @@ MODEL_PATH = Path(__file__).with_name("noise_model.json")
 class NoiseModel:
     seed_share: float      # ρ: correlation of two commits on the same seed
     repeat_share: float    # share of variance that is run-to-run jitter for one (commit, seed)
+    drift: float = 0.0     # σ the metric falls over a night (the machine speeds up), linear
+                           # in the run index: the same edit looks better the later it runs
 
 
 def load_noise_model(path: Path = MODEL_PATH) -> tuple[NoiseModel, dict]:
@@ -77,13 +79,17 @@ def load_noise_model(path: Path = MODEL_PATH) -> tuple[NoiseModel, dict]:
 class World:
     """Lazily drawn seed and commit×seed effects of one night; σ = 1."""
 
-    def __init__(self, rng: np.random.Generator, noise: NoiseModel) -> None:
-        self.rng, self.noise = rng, noise
+    def __init__(self, rng: np.random.Generator, noise: NoiseModel, budget: int = 400) -> None:
+        self.rng, self.noise, self.budget = rng, noise, budget
         self.seed_effect: dict[int, float] = {}
         self.cell: dict[tuple[int, int], float] = {}
+        self.clock = 0                           # runs made so far (the drift's time)
 
     def run(self, commit: int, level: float, seed: int) -> float:
         rho, tau = self.noise.seed_share, self.noise.repeat_share
+        if self.noise.drift:
+            level = level - self.noise.drift * self.clock / self.budget
+        self.clock += 1
         if seed not in self.seed_effect:
             self.seed_effect[seed] = self.rng.normal(0, math.sqrt(rho))
         if (commit, seed) not in self.cell:
@@ -119,6 +125,8 @@ class Night:
     keeps: dict[str, int] = field(default_factory=lambda: {"true": 0, "null": 0, "harmful": 0})
     candidates: int = 0
     runs: int = 0
+    calibration: int = 0           # runs of new incumbents on the baseline seeds (and the repeat)
+    paired: int = 0                # incumbent runs a candidate asked for
 
     def count_keep(self, effect: float) -> None:
         self.keeps["true" if effect > 0 else "null" if effect == 0 else "harmful"] += 1
@@ -129,7 +137,7 @@ def night_single(prior: str, budget: int, rngs: tuple[np.random.Generator, ...],
                  noise: NoiseModel, confirm: bool, margin: float = 0.0) -> Night:
     """One run per candidate on seed 0 (and seed 1 with `confirm`), kept when it beats the
     best recorded value by more than `margin` (σ units; 0: at all)."""
-    rng, world, night = rngs[0], World(rngs[1], noise), Night()
+    rng, world, night = rngs[0], World(rngs[1], noise, budget), Night()
     level, commit = 0.0, 0                       # true level of the incumbent (lower = better)
     best = world.run(0, level, 0)
     if confirm:
@@ -159,7 +167,7 @@ def night_single(prior: str, budget: int, rngs: tuple[np.random.Generator, ...],
 def night_sequential(rule: SequentialRule, prior: str, budget: int,
                      rngs: tuple[np.random.Generator, ...], noise: NoiseModel) -> Night:
     """One night of the real rule, driven the way agent's loop drives it."""
-    rng, world, night = rngs[0], World(rngs[1], noise), Night()
+    rng, world, night = rngs[0], World(rngs[1], noise, budget), Night()
     groups: dict[int, list[float]] = {}          # commit -> values, for the pooled noise sd
     table: dict[int, dict[int, float]] = {}      # commit -> seed -> value: same-seed pairs
     pooled = {"ss": 0.0, "dof": 0}
@@ -180,6 +188,7 @@ def night_sequential(rule: SequentialRule, prior: str, budget: int,
     reference = {s: measure(0, level, s) for s in rule.baseline_seeds()}
     repeats = tuple((reference[s], world.run(0, level, s)) for s in rule.repeat_seeds())
     night.runs += len(repeats)                   # the loop re-runs one baseline seed, once
+    night.calibration += len(reference) + len(repeats)
     history: list[Decision] = []
     commit = 0
     while night.runs < budget:
@@ -199,6 +208,7 @@ def night_sequential(rule: SequentialRule, prior: str, budget: int,
             for s in out.reference_seeds:
                 if s not in reference:
                     reference[s] = measure(incumbent, level, s)
+                    night.paired += 1
         if decision is None:                     # the night ended mid-experiment
             break
         night.candidates += 1
@@ -208,8 +218,15 @@ def night_sequential(rule: SequentialRule, prior: str, budget: int,
             level, incumbent = cand_level, commit
             # The loop measures every new incumbent on the calibration seeds, even when that
             # runs a few past the budget: the morning report needs an unbiased level.
-            reference = {s: measure(commit, level, s) for s in rule.baseline_seeds()}
+            reference = {s: measure(commit, level, s) for s in rule.incumbent_seeds(tuple(history))}
+            night.calibration += len(reference)
+    if not reference:     # the loop runs the last incumbent's baseline seeds as the night ends
+        reference = {s: measure(incumbent, level, s) for s in rule.baseline_seeds()}
+        night.calibration += len(reference)
     night.progress = -level
+    # The record's value: the incumbent's fresh runs (never the ones that selected it: the
+    # loop's reference role; in the paired regime the rule pairs on its selecting runs too,
+    # but they stay candidate runs and never enter this mean).
     night.optimism = level - float(np.mean(list(reference.values())))
     return night
 
@@ -264,6 +281,8 @@ def summarize(results: list[Night]) -> dict[str, float]:
         "runs_per_candidate": mean([r.runs / max(r.candidates, 1) for r in results]),
         "null_per_100": 100 * sum(r.keeps["null"] for r in results)
                         / max(sum(r.candidates for r in results), 1),
+        "calibration_share": sum(r.calibration for r in results) / max(sum(r.runs for r in results), 1),
+        "paired_share": sum(r.paired for r in results) / max(sum(r.runs for r in results), 1),
     }
 
 
@@ -282,6 +301,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="compare early stopping on simulated curves instead (see above)")
     parser.add_argument("--pairing", action="store_true",
                         help="compare at same-seed correlations 0, 0.5, 0.9 instead (see above)")
+    parser.add_argument("--rho", type=float, nargs="+",
+                        help="with --pairing: only these of the correlations 0, 0.5, 0.9")
+    parser.add_argument("--drift", type=float, default=0.5,
+                        help="with --pairing: σ the metric drifts over a night for the drift "
+                             "column (false keeps on null nights whose machine speeds up)")
     args = parser.parse_args(argv)
     noise, data = load_noise_model()
     if args.seed_share is not None or args.repeat_share is not None:
