@@ -171,8 +171,10 @@ def night_sequential(rule: SequentialRule, prior: str, budget: int,
     groups: dict[int, list[float]] = {}          # commit -> values, for the pooled noise sd
     table: dict[int, dict[int, float]] = {}      # commit -> seed -> value: same-seed pairs
     pooled = {"ss": 0.0, "dof": 0}
+    order: dict[tuple[int, int], int] = {}       # (commit, seed) -> run index
 
     def measure(commit: int, level: float, seed: int) -> float:
+        order[commit, seed] = world.clock          # when it ran (the ledger's run order)
         value = world.run(commit, level, seed)
         table.setdefault(commit, {})[seed] = value
         values = groups.setdefault(commit, [])
@@ -199,7 +201,8 @@ def night_sequential(rule: SequentialRule, prior: str, budget: int,
             sd = math.sqrt(pooled["ss"] / pooled["dof"]) if pooled["dof"] else None
             out = rule.next(Evidence("minimize", dict(candidate), dict(reference), sd,
                                      pooled["dof"], tuple(history), runs=table,
-                                     repeats=repeats))
+                                     repeats=repeats, reference_order={
+                                         s: order[incumbent, s] for s in reference}))
             if isinstance(out, Decision):
                 decision = out
                 break

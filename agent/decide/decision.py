@@ -37,6 +37,10 @@ class Evidence:
                                           # every commit's OK runs of the night, seed -> metric
                                           # (the first per seed): the pooled same-seed spread
     repeats: tuple[tuple[float, float], ...] = ()   # a (commit, seed) run twice: both values
+    reference_order: Mapping[int, int] = field(default_factory=dict)
+                                          # seed -> when the incumbent's run on it landed (its
+                                          # place in the night's runs, from the ledger; empty:
+                                          # not known, every reference run counts alike)
 
     def improvement(self, candidate_value: float, reference_value: float) -> float:
         """Signed improvement, positive = better, in metric units."""

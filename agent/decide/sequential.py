@@ -197,7 +197,8 @@ class SequentialRule(DecisionRule):
                  refresh: int = 8, pool: int = 6, min_keep_seeds: int = 2,
                  lord_horizon: int = 100, regimes: bool = True,
                  paired_futility: tuple[float, float] = (1.25, 1.0),
-                 paired_refresh: int = 16) -> None:
+                 paired_refresh: int = 16, recent: int = 12,
+                 blocked: bool = True) -> None:
         if not 0 < alpha < 1:
             raise ValueError(f"program.md: alpha must be in (0, 1), got {alpha}")
         if not 2 <= baseline < SEED_BLOCK:
@@ -222,6 +223,8 @@ class SequentialRule(DecisionRule):
         self.lord_horizon = lord_horizon
         self.regimes = regimes    # False: the rule before issue 29 (one design for every night)
         self.paired_futility, self.paired_refresh = paired_futility, paired_refresh
+        self.recent = recent      # incumbent runs, latest first, a comparison rests on
+        self.blocked = blocked    # pair every confirming seed beside the candidate (drift)
 
     # ---- seeds and the night ---------------------------------------------------------
     def baseline_seeds(self) -> tuple[int, ...]:
@@ -279,6 +282,24 @@ class SequentialRule(DecisionRule):
         night = self.night(history)
         return () if self.reuses_selection(night) else self.baseline_seeds()
 
+    def close_in_time(self, reference: dict[int, float], evidence: Evidence,
+                      plan: tuple[int, ...]) -> dict[int, float]:
+        """The incumbent runs a comparison rests on: the latest `recent` of them (by when they
+        landed, `evidence.reference_order`) and every one on a seed of the candidate's plan
+        (its window's: run beside it). An incumbent run made long before the candidate carries the machine
+        of that time: when the machine's speed drifts, the mean of every run of a long reign
+        lags behind it and the drift poses as an effect (and, as runs close in time share
+        it, looks like seeds sharing noise: a drifting night measures as "mixed"). Used in
+        every regime but the paired one, where the pairs on the candidate's seeds carry
+        nearly all the weight. Without the order (an older ledger), every run
+        counts."""
+        order = evidence.reference_order
+        if not self.regimes or not order or len(reference) <= self.recent:
+            return reference
+        latest = sorted((s for s in reference if s in order), key=order.__getitem__)[-self.recent:]
+        keep = set(latest) | {s for s in reference if s not in order} | set(plan)
+        return {s: v for s, v in reference.items() if s in keep}
+
     def keep_from(self, night: _Night) -> int:
         """The fewest candidate seeds a keep may rest on: one pair in the paired regime (its
         measured pair noise then decides how overwhelming one pair must be), else
@@ -333,6 +354,8 @@ class SequentialRule(DecisionRule):
         night = self.night(evidence.history)
         plan = self.seed_plan(night)
         reference = {s: v for s, v in evidence.reference.items() if s not in night.selected_on}
+        if night.regime != "paired":
+            reference = self.close_in_time(reference, evidence, plan)
         if self.reuses_selection(night):
             reference = {**dict(night.selection), **reference}
         have = 0
@@ -348,25 +371,34 @@ class SequentialRule(DecisionRule):
             return RunMore(candidate_seeds=tuple(s for s in seeds if s not in evidence.candidate),
                            reference_seeds=self._pair(seeds, reference, night, noise),
                            reason="screen")
-        missing = self._pair(plan[:have], reference, night, noise)
+        missing = self._pair(plan[:have], reference, night, noise,
+                             beside=self._beside(evidence, night, plan[self.screen:have]))
         if missing:
             return RunMore(reference_seeds=missing, reason="paired reference")
         return self._look(evidence, night, candidate, reference, noise)
 
     def _pair(self, seeds: tuple[int, ...], reference: dict[int, float], night: _Night,
-              noise: Callable[[], noise_module.NoiseEstimate]) -> tuple[int, ...]:
-        """Incumbent runs to add on these candidate seeds (paired), by the pairing policy."""
+              noise: Callable[[], noise_module.NoiseEstimate],
+              beside: tuple[int, ...] = ()) -> tuple[int, ...]:
+        """Incumbent runs to add on these candidate seeds (paired), by the pairing policy;
+        `beside`: seeds paired whatever the policy says (the blocked confirmation)."""
         missing = [s for s in seeds if s not in reference]
         if not missing:
             return ()
-        if len(reference) < self.pool or night.reign % self.refresh == 0:
+        if self._pays(reference, night, noise):
             return tuple(missing)
+        return tuple(s for s in missing if s in beside)
+
+    def _pays(self, reference: dict[int, float], night: _Night,
+              noise: Callable[[], noise_module.NoiseEstimate]) -> bool:
+        """The pairing policy: whether an incumbent run on a candidate seed pays for itself."""
+        if len(reference) < self.pool or night.reign % self.refresh == 0:
+            return True
         estimate = noise()
         if estimate.share_cap <= 0.1:
-            return ()   # a re-run of one seed shows seeds cannot share enough to pay for pairs
-        if estimate.pair_dof < 2 * noise_module.MIN_PAIR_DOF or self.seed_share(estimate) > 0.1:
-            return tuple(missing)   # pairing helps, or the night cannot tell yet
-        return ()
+            return False   # a re-run of one seed shows seeds cannot share enough to pay for pairs
+        # pairing helps, or the night cannot tell yet
+        return estimate.pair_dof < 2 * noise_module.MIN_PAIR_DOF or self.seed_share(estimate) > 0.1
 
     def _look(self, evidence: Evidence, night: _Night, candidate: dict[int, float],
               reference: dict[int, float],
@@ -445,8 +477,20 @@ class SequentialRule(DecisionRule):
         seeds = tuple(s for s in self.seed_plan(night) if s not in evidence.candidate)
         seeds = seeds[:max(1, evidence.batch)]
         return RunMore(candidate_seeds=seeds,
-                       reference_seeds=self._pair(seeds, reference, night, noise),
+                       reference_seeds=self._pair(seeds, reference, night, noise,
+                                                  beside=self._beside(evidence, night, seeds)),
                        reason=reason, look=look)
+
+    def _beside(self, evidence: Evidence, night: _Night, seeds: tuple[int, ...]) -> tuple[int, ...]:
+        """A blocked design for the seeds that confirm a promising candidate where a seed
+        does not fix the run: the incumbent runs beside each of them, so that what the
+        keep rests on was measured at the same time as the candidate (drift cancels instead
+        of posing as an effect). Only once the night records run order (a ledger that has
+        it), and never in the paired regime (there the pairs already are the design)."""
+        if not (self.regimes and self.blocked) or night.regime == "paired" \
+                or not evidence.reference_order:
+            return ()
+        return seeds
 
     def _decide(self, verdict: Verdict, effect: float, interval: tuple[float, float] | None,
                 p_value: float | None, candidate: dict[int, float],

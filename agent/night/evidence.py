@@ -22,6 +22,7 @@ def evidence_for(state: LoopState, experiment: Experiment, direction: str, worke
         reference=state.reference(experiment.parent),
         noise_sd=sd, noise_dof=dof, history=state.history(experiment),
         runs=state.same_seed_runs(), repeats=state.repeat_pairs(),
+        reference_order=state.reference_order(experiment.parent),
         looks=tuple(experiment.looks) if experiment.looks_recorded else None,
         batch=max(1, workers // pending),
     )
