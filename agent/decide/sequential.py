@@ -19,6 +19,13 @@ Seed numbering (why it never lets a lucky draw become the bar):
   "fresh processes", is what removes the winner's curse. Reference seeds that equal the
   last keep's seeds are ignored as a second guard.
 
+The night's regime (issue 29; docs/decisions.md "The night's regime"): every decision
+records it, and a candidate follows the one its history recorded. Paired (a seed fixes the
+run): a keep may rest on one overwhelming pair, the incumbent's selecting runs are its
+references (no calibration stop after a keep), the screen asks more. Elsewhere: comparisons
+rest on incumbent runs close in time (`reference_order`), and confirming seeds are paired
+beside the candidate, so that a drifting machine does not pose as an effect.
+
 The estimate combines paired and unpaired incumbent runs by generalized least squares under
 `metric = commit level + seed effect (shared) + noise`, with the shared fraction estimated
 from the night's paired differences (agent.decide.noise). A rule is a pure function of the evidence.
