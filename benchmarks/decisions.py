@@ -2,7 +2,7 @@
 
     python benchmarks/decisions.py [--nights 100] [--runs 400] [--seed 0] [--quick] [--jobs 2]
     python benchmarks/decisions.py --workers 1 4 8 [--nights 30] [--jobs 2]
-    python benchmarks/decisions.py --pairing [--nights 100] [--jobs 2]
+    python benchmarks/decisions.py --pairing [--nights 40] [--rho 0 0.5 0.9] [--drift 0.5] [--jobs 2]
     python benchmarks/decisions.py --early-stop [--workers 1 4] [--nights 20] [--jobs 2]
 
 A night is a fixed budget of training runs (400 ≈ 8 h of 60 s runs plus overhead). Each
@@ -26,9 +26,11 @@ optimism (true − recorded value of the final incumbent, σ; positive = the rec
 keeps that were truly helpful / no-effect / harmful, candidates tried, runs per candidate.
 Then false keeps per 100 candidates on nights where no candidate has any effect.
 
-With --pairing: the same nights at same-seed correlations ρ = 0, 0.5 and 0.9, the rule with
-and without the night's pooled same-seed evidence, and told the true ρ, beside the single-run
-rule (benchmarks/pairing_nights.py).
+With --pairing: the same nights at same-seed correlations ρ = 0, 0.5 and 0.9: the single run,
+the rule before issue 29 (by its settings), the rule now and the one-seed-at-α reference, with
+the shares of runs on calibration and paired incumbent runs, false keeps on steady and on
+drifting null nights (`--drift` σ over the night), and issue 29's targets met or missed
+(benchmarks/pairing_nights.py).
 
 With --early-stop [--workers 1 4]: nights whose runs print learning curves, today's rule
 (every run to its budget) beside early stopping (agent/decide/early_stop.py) and Optuna's
