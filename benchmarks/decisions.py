@@ -2,7 +2,7 @@
 
     python benchmarks/decisions.py [--nights 100] [--runs 400] [--seed 0] [--quick] [--jobs 2]
     python benchmarks/decisions.py --workers 1 4 8 [--nights 30] [--jobs 2]
-    python benchmarks/decisions.py --pairing [--nights 100] [--jobs 2]
+    python benchmarks/decisions.py --pairing [--nights 40] [--rho 0 0.5 0.9] [--drift 0.5] [--jobs 2]
     python benchmarks/decisions.py --early-stop [--workers 1 4] [--nights 20] [--jobs 2]
 
 A night is a fixed budget of training runs (400 ≈ 8 h of 60 s runs plus overhead). Each
@@ -26,9 +26,11 @@ optimism (true − recorded value of the final incumbent, σ; positive = the rec
 keeps that were truly helpful / no-effect / harmful, candidates tried, runs per candidate.
 Then false keeps per 100 candidates on nights where no candidate has any effect.
 
-With --pairing: the same nights at same-seed correlations ρ = 0, 0.5 and 0.9, the rule with
-and without the night's pooled same-seed evidence, and told the true ρ, beside the single-run
-rule (benchmarks/pairing_nights.py).
+With --pairing: the same nights at same-seed correlations ρ = 0, 0.5 and 0.9: the single run,
+the rule before issue 29 (by its settings), the rule now and the one-seed-at-α reference, with
+the shares of runs on calibration and paired incumbent runs, false keeps on steady and on
+drifting null nights (`--drift` σ over the night), and issue 29's targets met or missed
+(benchmarks/pairing_nights.py).
 
 With --early-stop [--workers 1 4]: nights whose runs print learning curves, today's rule
 (every run to its budget) beside early stopping (agent/decide/early_stop.py) and Optuna's
@@ -67,6 +69,8 @@ MODEL_PATH = Path(__file__).with_name("noise_model.json")
 class NoiseModel:
     seed_share: float      # ρ: correlation of two commits on the same seed
     repeat_share: float    # share of variance that is run-to-run jitter for one (commit, seed)
+    drift: float = 0.0     # σ the metric falls over a night (the machine speeds up), linear
+                           # in the run index: the same edit looks better the later it runs
 
 
 def load_noise_model(path: Path = MODEL_PATH) -> tuple[NoiseModel, dict]:
@@ -77,13 +81,17 @@ def load_noise_model(path: Path = MODEL_PATH) -> tuple[NoiseModel, dict]:
 class World:
     """Lazily drawn seed and commit×seed effects of one night; σ = 1."""
 
-    def __init__(self, rng: np.random.Generator, noise: NoiseModel) -> None:
-        self.rng, self.noise = rng, noise
+    def __init__(self, rng: np.random.Generator, noise: NoiseModel, budget: int = 400) -> None:
+        self.rng, self.noise, self.budget = rng, noise, budget
         self.seed_effect: dict[int, float] = {}
         self.cell: dict[tuple[int, int], float] = {}
+        self.clock = 0                           # runs made so far (the drift's time)
 
     def run(self, commit: int, level: float, seed: int) -> float:
         rho, tau = self.noise.seed_share, self.noise.repeat_share
+        if self.noise.drift:
+            level = level - self.noise.drift * self.clock / self.budget
+        self.clock += 1
         if seed not in self.seed_effect:
             self.seed_effect[seed] = self.rng.normal(0, math.sqrt(rho))
         if (commit, seed) not in self.cell:
@@ -119,6 +127,8 @@ class Night:
     keeps: dict[str, int] = field(default_factory=lambda: {"true": 0, "null": 0, "harmful": 0})
     candidates: int = 0
     runs: int = 0
+    calibration: int = 0           # runs of new incumbents on the baseline seeds (and the repeat)
+    paired: int = 0                # incumbent runs a candidate asked for
 
     def count_keep(self, effect: float) -> None:
         self.keeps["true" if effect > 0 else "null" if effect == 0 else "harmful"] += 1
@@ -129,7 +139,7 @@ def night_single(prior: str, budget: int, rngs: tuple[np.random.Generator, ...],
                  noise: NoiseModel, confirm: bool, margin: float = 0.0) -> Night:
     """One run per candidate on seed 0 (and seed 1 with `confirm`), kept when it beats the
     best recorded value by more than `margin` (σ units; 0: at all)."""
-    rng, world, night = rngs[0], World(rngs[1], noise), Night()
+    rng, world, night = rngs[0], World(rngs[1], noise, budget), Night()
     level, commit = 0.0, 0                       # true level of the incumbent (lower = better)
     best = world.run(0, level, 0)
     if confirm:
@@ -159,12 +169,14 @@ def night_single(prior: str, budget: int, rngs: tuple[np.random.Generator, ...],
 def night_sequential(rule: SequentialRule, prior: str, budget: int,
                      rngs: tuple[np.random.Generator, ...], noise: NoiseModel) -> Night:
     """One night of the real rule, driven the way agent's loop drives it."""
-    rng, world, night = rngs[0], World(rngs[1], noise), Night()
+    rng, world, night = rngs[0], World(rngs[1], noise, budget), Night()
     groups: dict[int, list[float]] = {}          # commit -> values, for the pooled noise sd
     table: dict[int, dict[int, float]] = {}      # commit -> seed -> value: same-seed pairs
     pooled = {"ss": 0.0, "dof": 0}
+    order: dict[tuple[int, int], int] = {}       # (commit, seed) -> run index
 
     def measure(commit: int, level: float, seed: int) -> float:
+        order[commit, seed] = world.clock          # when it ran (the ledger's run order)
         value = world.run(commit, level, seed)
         table.setdefault(commit, {})[seed] = value
         values = groups.setdefault(commit, [])
@@ -180,6 +192,7 @@ def night_sequential(rule: SequentialRule, prior: str, budget: int,
     reference = {s: measure(0, level, s) for s in rule.baseline_seeds()}
     repeats = tuple((reference[s], world.run(0, level, s)) for s in rule.repeat_seeds())
     night.runs += len(repeats)                   # the loop re-runs one baseline seed, once
+    night.calibration += len(reference) + len(repeats)
     history: list[Decision] = []
     commit = 0
     while night.runs < budget:
@@ -190,7 +203,8 @@ def night_sequential(rule: SequentialRule, prior: str, budget: int,
             sd = math.sqrt(pooled["ss"] / pooled["dof"]) if pooled["dof"] else None
             out = rule.next(Evidence("minimize", dict(candidate), dict(reference), sd,
                                      pooled["dof"], tuple(history), runs=table,
-                                     repeats=repeats))
+                                     repeats=repeats, reference_order={
+                                         s: order[incumbent, s] for s in reference}))
             if isinstance(out, Decision):
                 decision = out
                 break
@@ -199,6 +213,7 @@ def night_sequential(rule: SequentialRule, prior: str, budget: int,
             for s in out.reference_seeds:
                 if s not in reference:
                     reference[s] = measure(incumbent, level, s)
+                    night.paired += 1
         if decision is None:                     # the night ended mid-experiment
             break
         night.candidates += 1
@@ -208,8 +223,15 @@ def night_sequential(rule: SequentialRule, prior: str, budget: int,
             level, incumbent = cand_level, commit
             # The loop measures every new incumbent on the calibration seeds, even when that
             # runs a few past the budget: the morning report needs an unbiased level.
-            reference = {s: measure(commit, level, s) for s in rule.baseline_seeds()}
+            reference = {s: measure(commit, level, s) for s in rule.incumbent_seeds(tuple(history))}
+            night.calibration += len(reference)
+    if not reference:     # the loop runs the last incumbent's baseline seeds as the night ends
+        reference = {s: measure(incumbent, level, s) for s in rule.baseline_seeds()}
+        night.calibration += len(reference)
     night.progress = -level
+    # The record's value: the incumbent's fresh runs (never the ones that selected it: the
+    # loop's reference role; in the paired regime the rule pairs on its selecting runs too,
+    # but they stay candidate runs and never enter this mean).
     night.optimism = level - float(np.mean(list(reference.values())))
     return night
 
@@ -264,6 +286,8 @@ def summarize(results: list[Night]) -> dict[str, float]:
         "runs_per_candidate": mean([r.runs / max(r.candidates, 1) for r in results]),
         "null_per_100": 100 * sum(r.keeps["null"] for r in results)
                         / max(sum(r.candidates for r in results), 1),
+        "calibration_share": sum(r.calibration for r in results) / max(sum(r.runs for r in results), 1),
+        "paired_share": sum(r.paired for r in results) / max(sum(r.runs for r in results), 1),
     }
 
 
@@ -282,6 +306,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="compare early stopping on simulated curves instead (see above)")
     parser.add_argument("--pairing", action="store_true",
                         help="compare at same-seed correlations 0, 0.5, 0.9 instead (see above)")
+    parser.add_argument("--rho", type=float, nargs="+",
+                        help="with --pairing: only these of the correlations 0, 0.5, 0.9")
+    parser.add_argument("--drift", type=float, default=0.5,
+                        help="with --pairing: σ the metric drifts over a night for the drift "
+                             "column (false keeps on null nights whose machine speeds up)")
     args = parser.parse_args(argv)
     noise, data = load_noise_model()
     if args.seed_share is not None or args.repeat_share is not None:

@@ -60,7 +60,7 @@ def test_a_file_without_front_matter_is_all_prose_and_all_defaults(tmp_path):
     assert (program.evaluate, program.edits, program.report_tolerance) == ("python train/evaluate.py", "free", 0.05)
     assert (program.metric, program.direction) == ("val_bpb", "minimize")
     assert (program.budget_s, program.grace_s, program.alpha, program.min_effect) == (60.0, 60.0, 0.04, 0.0)
-    assert program.seeds == SeedPlan(baseline=6, screen=1, max=8)
+    assert program.seeds == SeedPlan(baseline=2, screen=1, max=8)
     assert program.full_scale == FullScale(budget_s=600.0, seeds=5)
     assert program.limits == ResourceLimits(memory_mb=8192, pids=512, cpus=None)
     assert (program.decision, program.fdr, program.sandbox, program.researcher) == (
@@ -138,14 +138,14 @@ Do research.
 
 
 def test_an_integer_seeds_sets_max():
-    assert parse_program("---\nseeds: 3\n---\n", "p.md").seeds == SeedPlan(baseline=6, screen=1, max=3)
+    assert parse_program("---\nseeds: 3\n---\n", "p.md").seeds == SeedPlan(baseline=2, screen=1, max=3)
 
 
 def test_to_dict_is_json_safe_and_the_program_is_frozen():
     program = parse_program("---\nclaude: {max_usd: 2}\n---\nx", "program.md")
     data = json.loads(json.dumps(program.to_dict()))
     assert data["budget_s"] == 60.0 and data["protected"] == ["train/prepare.py", "train/evaluate.py", "train/artifact.py", "train/schema.py", "train/guard.py"]
-    assert data["seeds"] == {"baseline": 6, "screen": 1, "max": 8, "repeat": 1}
+    assert data["seeds"] == {"baseline": 2, "screen": 1, "max": 8, "repeat": 1}
     assert data["limits"]["memory_mb"] == 8192 and data["claude"]["max_usd"] == 2
     assert data["path"].endswith("program.md")
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -273,7 +273,7 @@ def test_overrides_are_parsed_like_file_values(tmp_path):
         "researcher": None,  # a CLI passes every option; None means "not given"
     })
     assert program.budget_s == 90.0
-    assert program.seeds == SeedPlan(baseline=6, screen=2, max=3)  # file's max kept
+    assert program.seeds == SeedPlan(baseline=2, screen=2, max=3)  # file's max kept
     assert program.alpha == 0.1 and program.prepare is None
     assert program.limits == ResourceLimits(memory_mb=2048, pids=512, cpus=None)
     assert program.protected == ("a.py", "b.py")

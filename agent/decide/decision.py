@@ -37,6 +37,10 @@ class Evidence:
                                           # every commit's OK runs of the night, seed -> metric
                                           # (the first per seed): the pooled same-seed spread
     repeats: tuple[tuple[float, float], ...] = ()   # a (commit, seed) run twice: both values
+    reference_order: Mapping[int, int] = field(default_factory=dict)
+                                          # seed -> when the incumbent's run on it landed (its
+                                          # place in the night's runs, from the ledger; empty:
+                                          # not known, every reference run counts alike)
 
     def improvement(self, candidate_value: float, reference_value: float) -> float:
         """Signed improvement, positive = better, in metric units."""
@@ -59,7 +63,8 @@ class RunMore:
 class SeedPlan:
     """How many seeds a candidate and an incumbent get (program.md `seeds:`)."""
 
-    baseline: int = 6   # fresh seeds each new incumbent is measured on (its reference)
+    baseline: int = 2   # fresh seeds each new incumbent is measured on (its reference); the
+                        # rule pairs more as the night's regime asks (docs/decisions.md)
     screen: int = 1     # seeds a candidate runs before the rule first looks
     max: int = 8        # most seeds a candidate may get before the rule must decide
     repeat: int = 1     # baseline seeds run a second time, once a night (same-seed repeatability)
@@ -99,6 +104,14 @@ class DecisionRule(ABC):
     @abstractmethod
     def baseline_seeds(self) -> tuple[int, ...]:
         ...
+
+    def incumbent_seeds(self, history: tuple[Decision, ...]) -> tuple[int, ...]:
+        """The seeds a new incumbent must run on before anything is judged against it, given
+        the night's decisions so far (a pure function of them, so a resumed night asks for
+        the same). By default every baseline seed; a rule may ask for fewer where its
+        candidates' pairs give it references anyway. The loop still runs every baseline
+        seed of the night's last incumbent when the night ends (its record's fresh value)."""
+        return self.baseline_seeds()
 
     def repeat_seeds(self) -> tuple[int, ...]:
         """Baseline seeds the loop runs a second time, once a night, on the incumbent of the

@@ -53,6 +53,19 @@ class NoiseEstimate:
         return min(max(share, 0.0), 0.95, self.share_cap)
 
     @property
+    def point_share(self) -> float:
+        """The seed share at the paired spread's point estimate (clipped to [0, 0.999] and
+        the re-run cap's point value): for a test whose t statistic already has the paired
+        spread's degrees of freedom, which then pays for its uncertainty once, not twice
+        (the paired regime of agent/decide/sequential.py). 0 when unknown."""
+        if not self.sd or self.pair_sd is None or self.pair_dof < MIN_PAIR_DOF:
+            return 0.0
+        share = 1.0 - self.pair_sd ** 2 / (2.0 * self.sd ** 2)
+        cap = 1.0 if self.repeat_sd is None or self.repeat_dof < 1 else \
+            1.0 - self.repeat_sd ** 2 / self.sd ** 2
+        return min(max(share, 0.0), 0.999, max(cap, 0.0))
+
+    @property
     def share_cap(self) -> float:
         """The most two commits can share on a seed, by the re-runs of one (commit, seed): no
         more than a commit shares with itself. 1 without a re-run. Taken at an 80% lower bound

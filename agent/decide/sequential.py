@@ -19,6 +19,13 @@ Seed numbering (why it never lets a lucky draw become the bar):
   "fresh processes", is what removes the winner's curse. Reference seeds that equal the
   last keep's seeds are ignored as a second guard.
 
+The night's regime (issue 29; docs/decisions.md "The night's regime"): every decision
+records it, and a candidate follows the one its history recorded. Paired (a seed fixes the
+run): a keep may rest on one overwhelming pair, the incumbent's selecting runs are its
+references (no calibration stop after a keep), the screen asks more. Elsewhere: comparisons
+rest on incumbent runs close in time (`reference_order`), and confirming seeds are paired
+beside the candidate, so that a drifting machine does not pose as an effect.
+
 The estimate combines paired and unpaired incumbent runs by generalized least squares under
 `metric = commit level + seed effect (shared) + noise`, with the shared fraction estimated
 from the night's paired differences (agent.decide.noise). A rule is a pure function of the evidence.
@@ -42,6 +49,31 @@ from agent.record.events import Comparison, Decision, Verdict
 SEED_BLOCK = 1000      # pairing seeds of incumbent e live in [1000(e+1), 1000(e+2))
 _NO_BOUND = 12.0       # a z-boundary that is never crossed
 _LEVEL_GRID = (1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0)
+PAIRED_SHARE = 0.5     # a seed fixes at least half of a run (80% lower bound): "paired"
+UNPAIRED_SHARE = 0.1   # at most a tenth: "unpaired" (pairs do not pay for their runs)
+REGIMES = ("unknown", "unpaired", "mixed", "paired")
+
+
+def regime(estimate: noise_module.NoiseEstimate, share: float) -> str:
+    """The night's noise regime from its same-seed evidence (`share`: the credited seed share).
+
+    - "paired": a seed fixes most of a run (a deterministic GPU script): the credited share,
+      an 80% lower bound on at least MIN_PAIR_DOF degrees of freedom, is >= PAIRED_SHARE;
+    - "unpaired": seeds share nothing worth a run (a wall-clock budget): a re-run of one seed
+      already differs like two seeds (share_cap <= 0.1), or twice MIN_PAIR_DOF degrees of
+      freedom of pairs credit at most UNPAIRED_SHARE;
+    - "mixed": pairs are credited, but less than half a run;
+    - "unknown": too few pairs to tell (the start of every night).
+    """
+    if estimate.share_cap <= UNPAIRED_SHARE:
+        return "unpaired"
+    if estimate.pair_dof >= noise_module.MIN_PAIR_DOF and share >= PAIRED_SHARE:
+        return "paired"
+    if share > UNPAIRED_SHARE:
+        return "mixed"
+    if estimate.pair_dof >= 2 * noise_module.MIN_PAIR_DOF:
+        return "unpaired"
+    return "unknown"
 
 
 @functools.lru_cache(maxsize=1024)
@@ -145,6 +177,8 @@ class _Night:
     reign: int                   # decisions since the incumbent was kept
     selected_on: frozenset[int]  # seeds that selected the incumbent (never its reference)
     level: float                 # test level for this candidate (alpha, or LORD++'s)
+    regime: str = "unknown"      # the regime the last decision measured (fixed per candidate)
+    selection: tuple[tuple[int, float], ...] = ()   # the incumbent's selecting runs (seed, value)
 
 
 class SequentialRule(DecisionRule):
@@ -168,7 +202,10 @@ class SequentialRule(DecisionRule):
                  repeat: int = SeedPlan.repeat,
                  futility: tuple[float, float] = (0.75, 1.0), spend_power: float = 1.5,
                  refresh: int = 8, pool: int = 6, min_keep_seeds: int = 2,
-                 lord_horizon: int = 100) -> None:
+                 lord_horizon: int = 100, regimes: bool = True,
+                 paired_futility: tuple[float, float] = (1.25, 1.0),
+                 paired_refresh: int = 16, recent: int = 12,
+                 blocked: bool = True) -> None:
         if not 0 < alpha < 1:
             raise ValueError(f"program.md: alpha must be in (0, 1), got {alpha}")
         if not 2 <= baseline < SEED_BLOCK:
@@ -191,6 +228,10 @@ class SequentialRule(DecisionRule):
         self.futility, self.spend_power = futility, spend_power
         self.refresh, self.pool, self.min_keep_seeds = refresh, pool, min_keep_seeds
         self.lord_horizon = lord_horizon
+        self.regimes = regimes    # False: the rule before issue 29 (one design for every night)
+        self.paired_futility, self.paired_refresh = paired_futility, paired_refresh
+        self.recent = recent      # incumbent runs, latest first, a comparison rests on
+        self.blocked = blocked    # pair every confirming seed beside the candidate (drift)
 
     # ---- seeds and the night ---------------------------------------------------------
     def baseline_seeds(self) -> tuple[int, ...]:
@@ -204,17 +245,73 @@ class SequentialRule(DecisionRule):
 
     def night(self, history: tuple[Decision, ...]) -> _Night:
         keeps = [i for i, d in enumerate(history) if d.verdict == Verdict.KEEP]
-        selected = frozenset(history[keeps[-1]].candidate_values) if keeps else frozenset()
+        selection = history[keeps[-1]].candidate_values if keeps else {}
         level = (fdr_module.lord_level(history, self.alpha, horizon=self.lord_horizon)
                  if self.fdr == "lord" else self.alpha)
+        # The regime the night had measured when this candidate was proposed: its history is
+        # fixed for its whole life, so its seed plan and its boundaries never change under it,
+        # and they do not depend on its own runs (the error control needs that).
+        # (the latest decision of this rule: an early stop's records no regime)
+        measured = next((d.details["regime"] for d in reversed(history)
+                         if isinstance(d.details, dict) and "regime" in d.details), None)
         return _Night(keeps=len(keeps), reign=len(history) - (keeps[-1] + 1 if keeps else 0),
-                      selected_on=selected, level=level)
+                      selected_on=frozenset(selection), level=level,
+                      regime=measured if self.regimes and measured in REGIMES else "unknown",
+                      selection=tuple(sorted((int(s), float(v)) for s, v in selection.items())))
+
+    def reuses_selection(self, night: _Night) -> bool:
+        """In the paired regime the incumbent's selecting runs are its references: the seed's
+        share of their luck is shared by the candidates run on those seeds and cancels in
+        each pair; what does not cancel (the incumbent's own lucky commit×seed draw) makes the
+        bar higher, never lower, so it can cost a keep but never buy one. The record's
+        incumbent level still comes from fresh seeds only (`incumbent_fresh_mean`)."""
+        return night.regime == "paired" and bool(night.selection)
 
     def seed_plan(self, night: _Night) -> tuple[int, ...]:
-        """The candidate seeds, in order, of the next candidate."""
+        """The candidate seeds, in order, of the next candidate: in the paired regime the
+        window starts on the seeds that selected the incumbent (it has run them: a candidate
+        costs one run), else on a fresh block (the incumbent is run beside it)."""
+        if self.reuses_selection(night):
+            first = night.selection[0][0]
+            room = SEED_BLOCK - self.max_seeds - first % SEED_BLOCK
+            start = first + (night.reign // self.paired_refresh) % max(room, 1)
+            return tuple(range(start, start + self.max_seeds))
         start = SEED_BLOCK * (night.keeps + 1) + \
             (night.reign // self.refresh) % (SEED_BLOCK - self.max_seeds)
         return tuple(range(start, start + self.max_seeds))
+
+    def incumbent_seeds(self, history: tuple[Decision, ...]) -> tuple[int, ...]:
+        """No calibration stop after a keep in the paired regime: the new incumbent's
+        selecting runs are its references (`reuses_selection`), and its fresh-seed values
+        for the record accrue from the incumbent runs later candidates are paired with (and
+        the baseline seeds the loop runs for the night's last incumbent). Elsewhere every
+        baseline seed (the pooled seed-to-seed sd needs them where seeds share nothing)."""
+        night = self.night(history)
+        return () if self.reuses_selection(night) else self.baseline_seeds()
+
+    def close_in_time(self, reference: dict[int, float], evidence: Evidence,
+                      plan: tuple[int, ...]) -> dict[int, float]:
+        """The incumbent runs a comparison rests on: the latest `recent` of them (by when they
+        landed, `evidence.reference_order`) and every one on a seed of the candidate's plan
+        (its window's: run beside it). An incumbent run made long before the candidate carries the machine
+        of that time: when the machine's speed drifts, the mean of every run of a long reign
+        lags behind it and the drift poses as an effect (and, as runs close in time share
+        it, looks like seeds sharing noise: a drifting night measures as "mixed"). Used in
+        every regime but the paired one, where the pairs on the candidate's seeds carry
+        nearly all the weight. Without the order (an older ledger), every run
+        counts."""
+        order = evidence.reference_order
+        if not self.regimes or not order or len(reference) <= self.recent:
+            return reference
+        latest = sorted((s for s in reference if s in order), key=order.__getitem__)[-self.recent:]
+        keep = set(latest) | {s for s in reference if s not in order} | set(plan)
+        return {s: v for s, v in reference.items() if s in keep}
+
+    def keep_from(self, night: _Night) -> int:
+        """The fewest candidate seeds a keep may rest on: one pair in the paired regime (its
+        measured pair noise then decides how overwhelming one pair must be), else
+        `min_keep_seeds`."""
+        return 1 if night.regime == "paired" else self.min_keep_seeds
 
     def looks(self) -> tuple[int, ...]:
         """The looks of a serial night: one per seed, from the screen to the maximum."""
@@ -228,12 +325,25 @@ class SequentialRule(DecisionRule):
             return tuple(range(self.screen, n + 1))
         return (*sorted({m for m in earlier if m < n}), n)
 
-    def boundaries(self, level: float, looks: tuple[int, ...] | None = None) -> tuple[float, ...]:
-        """The efficacy boundaries of `looks` (default: a serial night's, every seed count)."""
+    def futility_for(self, night: _Night) -> tuple[float, float]:
+        """(screen, later) futility boundaries: in the paired regime one pair already tells
+        most nulls from wins, so the screen asks more of a candidate before it buys a second
+        seed (the one-seed rule's economy, with the error control kept: futility is binding
+        and the efficacy boundaries are computed for it)."""
+        return self.paired_futility if night.regime == "paired" else self.futility
+
+    def boundaries(self, level: float, looks: tuple[int, ...] | None = None,
+                   keep_from: int | None = None,
+                   futility: tuple[float, float] | None = None) -> tuple[float, ...]:
+        """The efficacy boundaries of `looks` (default: a serial night's, every seed count);
+        no keep before `keep_from` seeds (default `min_keep_seeds`). A first look at one seed
+        that may keep spends alpha·(1/max)^spend_power there (4% of alpha at the defaults: a
+        boundary near z 2.9), so a one-pair keep needs overwhelming evidence."""
         looks = looks or self.looks()
-        futility = tuple(self.futility[0] if k == 0 else self.futility[1]
-                         for k in range(len(looks)))
-        first = next((k for k, n in enumerate(looks) if n >= self.min_keep_seeds), len(looks))
+        keep_from = self.min_keep_seeds if keep_from is None else keep_from
+        screen, later = futility or self.futility
+        futility = tuple(screen if k == 0 else later for k in range(len(looks)))
+        first = next((k for k, n in enumerate(looks) if n >= keep_from), len(looks))
         # Round the level down (never up) to a coarse grid so that LORD++'s ever-changing
         # levels reuse a few cached designs.
         decade = 10 ** math.floor(math.log10(level))
@@ -243,7 +353,7 @@ class SequentialRule(DecisionRule):
 
     def seed_share(self, estimate: noise_module.NoiseEstimate) -> float:
         """The share of a run's luck credited to its seed (the conservative estimate; a
-        subclass may know better, as benchmarks/pairing_nights.py's ceiling does)."""
+        subclass may know better, e.g. a benchmark told the true ρ)."""
         return estimate.seed_share
 
     # ---- the decision ----------------------------------------------------------------
@@ -251,6 +361,10 @@ class SequentialRule(DecisionRule):
         night = self.night(evidence.history)
         plan = self.seed_plan(night)
         reference = {s: v for s, v in evidence.reference.items() if s not in night.selected_on}
+        if night.regime != "paired":
+            reference = self.close_in_time(reference, evidence, plan)
+        if self.reuses_selection(night):
+            reference = {**dict(night.selection), **reference}
         have = 0
         while have < len(plan) and plan[have] in evidence.candidate:
             have += 1
@@ -264,39 +378,53 @@ class SequentialRule(DecisionRule):
             return RunMore(candidate_seeds=tuple(s for s in seeds if s not in evidence.candidate),
                            reference_seeds=self._pair(seeds, reference, night, noise),
                            reason="screen")
-        missing = self._pair(plan[:have], reference, night, noise)
+        missing = self._pair(plan[:have], reference, night, noise,
+                             beside=self._beside(evidence, night, plan[self.screen:have]))
         if missing:
             return RunMore(reference_seeds=missing, reason="paired reference")
         return self._look(evidence, night, candidate, reference, noise)
 
     def _pair(self, seeds: tuple[int, ...], reference: dict[int, float], night: _Night,
-              noise: Callable[[], noise_module.NoiseEstimate]) -> tuple[int, ...]:
-        """Incumbent runs to add on these candidate seeds (paired), by the pairing policy."""
+              noise: Callable[[], noise_module.NoiseEstimate],
+              beside: tuple[int, ...] = ()) -> tuple[int, ...]:
+        """Incumbent runs to add on these candidate seeds (paired), by the pairing policy;
+        `beside`: seeds paired whatever the policy says (the blocked confirmation)."""
         missing = [s for s in seeds if s not in reference]
         if not missing:
             return ()
-        if len(reference) < self.pool or night.reign % self.refresh == 0:
+        if self._pays(reference, night, noise):
             return tuple(missing)
+        return tuple(s for s in missing if s in beside)
+
+    def _pays(self, reference: dict[int, float], night: _Night,
+              noise: Callable[[], noise_module.NoiseEstimate]) -> bool:
+        """The pairing policy: whether an incumbent run on a candidate seed pays for itself."""
+        if len(reference) < self.pool or night.reign % self.refresh == 0:
+            return True
         estimate = noise()
         if estimate.share_cap <= 0.1:
-            return ()   # a re-run of one seed shows seeds cannot share enough to pay for pairs
-        if estimate.pair_dof < 2 * noise_module.MIN_PAIR_DOF or self.seed_share(estimate) > 0.1:
-            return tuple(missing)   # pairing helps, or the night cannot tell yet
-        return ()
+            return False   # a re-run of one seed shows seeds cannot share enough to pay for pairs
+        # pairing helps, or the night cannot tell yet
+        return estimate.pair_dof < 2 * noise_module.MIN_PAIR_DOF or self.seed_share(estimate) > 0.1
 
     def _look(self, evidence: Evidence, night: _Night, candidate: dict[int, float],
               reference: dict[int, float],
               noise: Callable[[], noise_module.NoiseEstimate]) -> RunMore | Decision:
         seeds = tuple(candidate)
         estimate = noise()
-        share = self.seed_share(estimate)
+        conservative = self.seed_share(estimate)
+        # In the paired regime the test is a paired t test on the night's pair spread with its
+        # own degrees of freedom: credit the share at its point estimate (an 80% bound on top
+        # of the t quantile would pay for the spread's uncertainty twice).
+        share = max(conservative, estimate.point_share) if night.regime == "paired" else conservative
         ref_level, cand_level, diff, sd_diff = gls_difference(candidate, reference, share)
         effect = diff if evidence.direction == "minimize" else -diff
         dof = min(estimate.dof, estimate.pair_dof) if share > 0 else estimate.dof
         looks = self.looks_taken(evidence.looks, len(seeds))
         k = len(looks) - 1
-        bounds = self.boundaries(night.level, looks)
-        futility = self.futility[0] if k == 0 else self.futility[1]
+        bounds = self.boundaries(night.level, looks, self.keep_from(night),
+                                 self.futility_for(night))
+        futility = self.futility_for(night)[0 if k == 0 else 1]
         pairs = [evidence.improvement(candidate[s], reference[s]) for s in seeds if s in reference]
         comparison = Comparison(paired_seeds=len(pairs),
                                 paired_effect=sum(pairs) / len(pairs) if pairs else None,
@@ -308,6 +436,9 @@ class SequentialRule(DecisionRule):
             "repeat_dof": estimate.repeat_dof, "seed_share": share,
             "share_cap": estimate.share_cap, "incumbent_runs": len(reference),
             "incumbent_estimate": ref_level, "candidate_estimate": cand_level,
+            "regime": regime(estimate, conservative), "planned_regime": night.regime,
+            "selection_runs_used": len(night.selection) if self.reuses_selection(night) else 0,
+            "incumbent_fresh_mean": _fresh_mean(reference, night),
         }
         decide = functools.partial(self._decide, comparison=comparison)
         last = len(seeds) >= self.max_seeds
@@ -328,7 +459,8 @@ class SequentialRule(DecisionRule):
         details.update(nominal_keep_p=keep_p, nominal_stop_p=stop_p, t_stat=t_stat, dof=dof,
                        se=se)
         args = (effect, (effect - half, effect + half), p_value, candidate, reference)
-        where = f"look {k + 1} ({len(seeds)} of up to {self.max_seeds} seeds)"
+        where = (f"look {k + 1} ({len(seeds)} of up to {self.max_seeds} seeds, "
+                 f"{details['regime']} regime)")
         if p_value <= keep_p:
             if effect >= self.min_effect:
                 return decide(Verdict.KEEP, *args, f"p={p_value:.2g} <= {keep_p:.2g} at "
@@ -352,8 +484,20 @@ class SequentialRule(DecisionRule):
         seeds = tuple(s for s in self.seed_plan(night) if s not in evidence.candidate)
         seeds = seeds[:max(1, evidence.batch)]
         return RunMore(candidate_seeds=seeds,
-                       reference_seeds=self._pair(seeds, reference, night, noise),
+                       reference_seeds=self._pair(seeds, reference, night, noise,
+                                                  beside=self._beside(evidence, night, seeds)),
                        reason=reason, look=look)
+
+    def _beside(self, evidence: Evidence, night: _Night, seeds: tuple[int, ...]) -> tuple[int, ...]:
+        """A blocked design for the seeds that confirm a promising candidate where a seed
+        does not fix the run: the incumbent runs beside each of them, so that what the
+        keep rests on was measured at the same time as the candidate (drift cancels instead
+        of posing as an effect). Only once the night records run order (a ledger that has
+        it), and never in the paired regime (there the pairs already are the design)."""
+        if not (self.regimes and self.blocked) or night.regime == "paired" \
+                or not evidence.reference_order:
+            return ()
+        return seeds
 
     def _decide(self, verdict: Verdict, effect: float, interval: tuple[float, float] | None,
                 p_value: float | None, candidate: dict[int, float],
@@ -363,3 +507,10 @@ class SequentialRule(DecisionRule):
                         seeds=tuple(candidate), candidate_values=dict(candidate),
                         reference_values=dict(reference), rule=self.name, reason=reason,
                         details=details, comparison=comparison)
+
+
+def _fresh_mean(reference: dict[int, float], night: _Night) -> float | None:
+    """The incumbent's mean over fresh seeds only (never the runs that selected it)."""
+    selected = dict(night.selection)
+    fresh = [v for s, v in reference.items() if s not in selected]
+    return sum(fresh) / len(fresh) if fresh else None

@@ -22,6 +22,7 @@ def evidence_for(state: LoopState, experiment: Experiment, direction: str, worke
         reference=state.reference(experiment.parent),
         noise_sd=sd, noise_dof=dof, history=state.history(experiment),
         runs=state.same_seed_runs(), repeats=state.repeat_pairs(),
+        reference_order=state.reference_order(experiment.parent),
         looks=tuple(experiment.looks) if experiment.looks_recorded else None,
         batch=max(1, workers // pending),
     )
@@ -49,7 +50,13 @@ def waiting(state: LoopState, asked: RunMore | None, experiment: Experiment) -> 
             or any(seed not in reference for seed in asked.reference_seeds))
 
 
+def night_history(state: LoopState) -> tuple:
+    """Every test decided so far, oldest first (what the rule's incumbent_seeds reads)."""
+    return tuple(d.decision for d in state.decisions if d.decision)
+
+
 def incumbent_measured(state: LoopState, rule: DecisionRule) -> bool:
-    """Whether the incumbent has run on every baseline seed (nothing is judged before)."""
+    """Whether the incumbent has run on every seed the rule needs before anything is judged
+    against it (`rule.incumbent_seeds`: the baseline seeds, or none where it pairs anyway)."""
     reference = state.reference(state.incumbent)
-    return all(seed in reference for seed in rule.baseline_seeds())
+    return all(seed in reference for seed in rule.incumbent_seeds(night_history(state)))

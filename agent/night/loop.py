@@ -33,7 +33,8 @@ from agent.decide.decision import DecisionRule, Evidence, RunMore
 from agent.decide.scoring import score_prediction
 from agent.night.context import evaluation_plan, research_context
 from agent.night.early_stops import EarlyStopping, stop_decision, stopped_reason
-from agent.night.evidence import evidence_for, incumbent_measured, integrity_flag, waiting
+from agent.night.evidence import (evidence_for, incumbent_measured, integrity_flag,
+                                  night_history, waiting)
 from agent.night.in_flight import InFlight
 from agent.night.intake import Intake
 from agent.night.priority import RunRequest, runs_wanted
@@ -405,7 +406,11 @@ class ResearchLoop:
             self._admit_next()
 
     def _wanted(self, reference_only: bool) -> Iterator[RunRequest]:
-        return runs_wanted(self.state, self._asked, self.rule.baseline_seeds(), self.flight.keys(),
+        # At the night's end the last incumbent runs every baseline seed (its record's fresh
+        # value); during it, what the rule needs before judging against it.
+        seeds = (self.rule.baseline_seeds() if reference_only
+                 else self.rule.incumbent_seeds(night_history(self.state)))
+        return runs_wanted(self.state, self._asked, seeds, self.flight.keys(),
                            reference_only, self.rule.repeat_seeds())
 
     def _check_curves(self) -> None:

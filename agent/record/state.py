@@ -308,6 +308,16 @@ class LoopState:
         """The incumbent's fresh reference runs: never the runs that selected it."""
         return self.ok_values(commit, Role.REFERENCE)
 
+    def reference_order(self, commit: str) -> dict[int, int]:
+        """seed -> the place, in the order runs landed, of the commit's first OK reference run
+        on that seed (the run `reference` holds): which incumbent runs are close in time."""
+        order: dict[int, int] = {}
+        for place, run in enumerate(self.runs):
+            if run.commit == commit and run.role == Role.REFERENCE and run.ok \
+                    and run.metric is not None:
+                order.setdefault(run.seed, place)
+        return order
+
     def same_seed_runs(self) -> dict[str, dict[int, float]]:
         """commit -> seed -> metric for every commit with OK runs on two or more seeds (the
         first run of each seed): what the night's pooled same-seed spread is fitted on."""
