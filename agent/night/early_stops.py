@@ -64,6 +64,7 @@ class EarlyStopping:
         # as of `_indexed` runs of the state
         self._indexed = 0
         self._same: dict[tuple[str, int], RunFinished] = {}
+        self._selected: dict[tuple[str, int], RunFinished] = {}   # (commit, seed) -> its candidate run
         self._references: dict[str, list[RunFinished]] = {}
 
     def look(self, state: LoopState, flight: InFlight,
@@ -158,7 +159,7 @@ class EarlyStopping:
         by side: on a machine where seeds share nothing the mean is what the rule compares
         with anyway, so early stops there behave as on one worker."""
         self._index(state)
-        same = self._same.get((incumbent, seed))
+        same = self._same_seed(incumbent, seed)
         if same is not None:
             return Partner(same.curve or Curve(), same.metric, SAME_SEED)
         going = running_curve(incumbent, seed) if running_curve else None
@@ -170,17 +171,25 @@ class EarlyStopping:
         """The steps a step-budgeted run takes, by the incumbent's finished runs (its run on
         this seed, else the median of its reference runs): the same command, the same steps."""
         self._index(state)
-        same = self._same.get((incumbent, seed))
+        same = self._same_seed(incumbent, seed)
         runs = [same] if same is not None else self._references.get(incumbent, [])
         lasts = [r.curve.points[-1].step for r in runs if r.curve and r.curve.points
                  and r.curve.points[-1].step]
         return int(statistics.median(lasts)) if lasts else None
 
+    def _same_seed(self, incumbent: str, seed: int) -> RunFinished | None:
+        """The incumbent's finished run on `seed`: a reference run, else the run that selected
+        it there (where a seed fixes the run the keep rule pairs the next candidates on the new
+        incumbent's selecting seeds, so that run is the partner the rule compares with)."""
+        return self._same.get((incumbent, seed)) or self._selected.get((incumbent, seed))
+
     def _index(self, state: LoopState) -> None:
         for run in state.runs[self._indexed:]:
-            if run.role == Role.REFERENCE and run.ok and run.metric is not None:
+            if run.ok and run.metric is not None and run.role == Role.REFERENCE:
                 self._same.setdefault((run.commit, run.seed), run)
                 self._references.setdefault(run.commit, []).append(run)
+            elif run.ok and run.metric is not None and run.role == Role.CANDIDATE:
+                self._selected.setdefault((run.commit, run.seed), run)
         self._indexed = len(state.runs)
 
     def _mean(self, state: LoopState, incumbent: str) -> Partner | None:

@@ -152,3 +152,20 @@ def test_reference_runs_are_never_judged_and_a_silent_candidate_is_said_unpaired
     assert stopping.finished(_run("r2", BASE, 1, Role.REFERENCE, 2.0, 2.0)) is None
     off = EarlyStopping(EarlyStopSettings(mode="off"), SequentialRule(), "minimize")
     assert off.finished(silent) is None
+
+
+def test_where_a_seed_fixes_the_run_the_new_incumbent_s_selecting_run_is_the_partner():
+    """In the paired regime the keep rule pairs the next candidates on the seeds that selected
+    the incumbent (its candidate runs there); early stopping compares with that same run."""
+    events = [LoopStarted(tag="t", base_commit=BASE)]
+    for seed, value in ((0, 2.0), (1, 2.1)):
+        events += [RunStarted(run_id=f"ref{seed}", commit=BASE, seed=seed, role=Role.REFERENCE),
+                   _run(f"ref{seed}", BASE, seed, Role.REFERENCE, value, value)]
+    events += [ExperimentProposed(id="e0001", commit=CAND, parent=BASE),
+               RunStarted(run_id="c1", commit=CAND, seed=1000, role=Role.CANDIDATE, experiment="e0001"),
+               _run("c1", CAND, 1000, Role.CANDIDATE, 1.7, 1.7, "e0001")]
+    state = fold(events)
+    stopping = EarlyStopping(EarlyStopSettings(), SequentialRule(), "minimize")
+    same = stopping.partner(state, CAND, 1000)           # CAND as the incumbent, on its seed
+    assert same.kind == SAME_SEED and same.final == 1.7 and same.curve.points
+    assert stopping.partner(state, BASE, 1000).kind == MEAN   # another commit's run is no partner
