@@ -268,7 +268,7 @@ def _prepare(verdict: Checklist, program: Program, workspace: Workspace, cache: 
         data = prepare_data(program.prepare, workspace.path, cache)
     except (DataError, OSError, ValueError) as error:
         verdict.add("prepare step", False, str(error).replace("\n", " | "),
-                    "the prepare command must exit 0 and print `data_dir: <path>` (see the README: "
+                    "the prepare command must exit 0 and print `data_dir: <path>` (see docs/guides/your-script.md: "
                     "the prepare step); or set prepare: null")
         return None
     if program.prepare:

@@ -1,6 +1,6 @@
 """The data of a night: the `prepare` step, and program.md's `data:` folder.
 
-The contract of `prepare` (documented in the README): it runs once, on the host, before the
+The contract of `prepare` (documented in docs/guides/your-script.md): it runs once, on the host, before the
 first run, outside the sandbox (it is the user's own, protected code), in Nightshift's
 worktree of the branch (a checkout of the commit under research: git-ignored files of the
 user's checkout are not there), with `python` meaning Nightshift's interpreter and
