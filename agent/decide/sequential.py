@@ -291,7 +291,7 @@ class SequentialRule(DecisionRule):
         estimate = noise()
         share = self.seed_share(estimate)
         ref_level, cand_level, diff, sd_diff = gls_difference(candidate, reference, share)
-        effect = diff if evidence.direction == "minimize" else -diff
+        effect = -evidence.direction.sign * diff   # diff is ref − cand
         dof = min(estimate.dof, estimate.pair_dof) if share > 0 else estimate.dof
         looks = self.looks_taken(evidence.looks, len(seeds))
         k = len(looks) - 1

@@ -380,7 +380,7 @@ class ResearchLoop:
         self.observer.decided(event)
         delta = None
         if decision is not None and decision.effect is not None:
-            delta = -decision.effect if self.program.direction == "minimize" else decision.effect
+            delta = self.program.direction.sign * decision.effect   # candidate − incumbent
         self.proposals.observe(experiment, Outcome(
             experiment_id=experiment.id, verdict=verdict, measured_delta=delta,
             candidate_mean=experiment.mean(), reason=reason,

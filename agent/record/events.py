@@ -30,7 +30,7 @@ defaults given here, and a key a newer harness adds is ignored by an older one.
     ablation_summary    ablation_id, full_gain, sum of contributions, interaction, ...
 
 Records nested in events (`Prediction`, `Decision`, `Score`, `Usage`) and the vocabularies
-(`Verdict`, `Role`, `ExitCode`) live in agent/record/records.py and are re-exported here;
+(`Verdict`, `Role`, `Direction`, `ExitCode`) live in agent/record/records.py and are re-exported here;
 agent/record/codec.py turns any of them into JSON-safe data and back from the type hints, so
 a field added to an event is written and read without more code.
 """
@@ -42,12 +42,12 @@ from typing import Any, ClassVar, Mapping
 
 from agent.record.codec import decode, encode
 from agent.record.curves import Curve
-from agent.record.records import (Comparison, Decision, ExitCode, Prediction, PredictedDirection,
+from agent.record.records import (Comparison, Decision, Direction, ExitCode, Prediction, PredictedDirection,
                                   Probe, Role, Score, Usage, Verdict)
 from sandbox import Status
 
 __all__ = [  # the records events carry are importable from here too: one place to look
-    "Comparison", "Decision", "ExitCode", "Prediction", "PredictedDirection", "Probe", "Role", "Score",
+    "Comparison", "Decision", "Direction", "ExitCode", "Prediction", "PredictedDirection", "Probe", "Role", "Score",
     "Usage", "Verdict",
     "Event", "LoopFacts", "LoopStarted", "LoopResumed", "LoopStopped", "HypothesisQueued",
     "ExperimentFacts", "ExperimentProposed", "ExperimentInvalid", "ProposalRebased", "RunIdentity",

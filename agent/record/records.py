@@ -1,4 +1,4 @@
-"""The vocabularies of a night (outcomes, run roles, exit codes) and the records that ledger
+"""The vocabularies of a night (outcomes, run roles, the metric's direction, exit codes) and the records that ledger
 events carry: a researcher's `Prediction`, a keep rule's `Decision`, a prediction's `Score`,
 a researcher's `Usage`. Every module that produces or reads them uses these, never strings.
 """
@@ -80,6 +80,48 @@ class Role(str, enum.Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+class Direction(str, enum.Enum):
+    """Which way the metric improves (program.md `direction:`). The value strings are the
+    ledger's and program.md's, so old ledgers read unchanged."""
+
+    MINIMIZE = "minimize"
+    MAXIMIZE = "maximize"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def sign(self) -> float:
+        """+1 or -1 such that `sign * (candidate - reference)` is the improvement."""
+        return -1.0 if self is Direction.MINIMIZE else 1.0
+
+    def improvement(self, candidate: float, reference: float) -> float:
+        """Signed improvement of `candidate` over `reference`, positive = better, metric units."""
+        return self.sign * (candidate - reference)
+
+    def better(self, a: float, b: float) -> bool:
+        """Whether `a` is strictly better than `b`."""
+        return self.improvement(a, b) > 0
+
+    def best(self, values):
+        """The best of `values` (min or max); `key=` as for min/max is not needed here."""
+        return min(values) if self is Direction.MINIMIZE else max(values)
+
+    @property
+    def lower_is_better(self) -> bool:
+        return self is Direction.MINIMIZE
+
+    @property
+    def better_word(self) -> str:
+        """'lower' or 'higher': which values are better, for display."""
+        return "lower" if self is Direction.MINIMIZE else "higher"
+
+    @property
+    def best_word(self) -> str:
+        """'lowest' or 'highest'."""
+        return "lowest" if self is Direction.MINIMIZE else "highest"
 
 
 class ExitCode(enum.IntEnum):

@@ -28,6 +28,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from agent.record.records import Direction
 from agent.researchers.base import Prediction
 from agent.target.knobs import Knob, same_value
 
@@ -125,8 +126,8 @@ def predict_delta(
     )
 
 
-def _direction(delta: float, noise: float, direction: str) -> str:
+def _direction(delta: float, noise: float, direction: Direction) -> str:
     if abs(delta) <= noise:
         return "same"
-    better = delta < 0 if direction == "minimize" else delta > 0
+    better = Direction(direction).sign * delta > 0
     return "improve" if better else "worsen"

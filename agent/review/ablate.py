@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from agent.program import Program
+from agent.record.records import Direction
 from agent.run.executor import RunExecutor
 from agent.record.events import (AblationChange, AblationPlanned, AblationRun, AblationSummary,
                                  Event, Role)
@@ -116,7 +117,7 @@ class Ablator:
     executor: RunExecutor
     make_workers: Callable[[OnDone], Workers]
     ablation_id: str
-    direction: str = "minimize"
+    direction: Direction = Direction.MINIMIZE
     on_event: Callable[[Event], None] = lambda event: None
     events: list[Event] = field(default_factory=list)   # what this ablation recorded
 

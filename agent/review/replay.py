@@ -41,6 +41,7 @@ from scipy import stats
 
 from agent.decide.decision import pooled_sd
 from agent.program import Program
+from agent.record.records import Direction
 from agent.run.executor import RunExecutor
 from agent.run.plan import RunPlan
 from agent.record.events import (Replay, ReplayCommit, ReplayRun, ReplaySummary, Role,
@@ -123,12 +124,12 @@ def reproduction(original: Sequence[float], replay: Sequence[float], noise_sd: f
 
 
 def paired_effect(child: dict[int, float], parent: dict[int, float],
-                  direction: str) -> dict[str, Any] | None:
+                  direction: Direction) -> dict[str, Any] | None:
     """Improvement of `child` over `parent` on their common seeds (positive = better)."""
     seeds = sorted(set(child) & set(parent))
     if not seeds:
         return None
-    sign = -1.0 if direction == "minimize" else 1.0
+    sign = Direction(direction).sign
     diffs = [sign * (child[s] - parent[s]) for s in seeds]
     effect = statistics.fmean(diffs)
     interval = None
@@ -159,7 +160,7 @@ class Replayer:
     state: LoopState               # the tag's state, folded before the replay starts
     executor: RunExecutor
     replay_id: str
-    direction: str = "minimize"
+    direction: Direction = Direction.MINIMIZE
     original_budget_s: float | None = None
     original_split: str = "val"
     on_event: Callable[[Replay], None] = lambda event: None
@@ -190,7 +191,7 @@ class Replayer:
         kept = [r for r in rows if r.target_role == "kept" and r.proxy_effect is not None
                 and r.full_effect is not None]
         measured = [r for r in rows if r.original.get("mean") is not None and r.mean is not None]
-        sign = -1.0 if self.direction == "minimize" else 1.0
+        sign = Direction(self.direction).sign
         return self._emit(ReplaySummary(
             replay_id=self.replay_id, budget_s=settings.budget_s, seeds=tuple(settings.seeds),
             split=settings.split, commits=tuple(t.commit for t in targets),

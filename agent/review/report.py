@@ -26,6 +26,7 @@ from agent.record.events import (LoopStarted, ReplayCommit, ReplayRun, ReplaySum
                                  encode)
 from agent.record.ledger import read_events, utc_now
 from agent.record.provenance import read_provenance
+from agent.record.records import Direction
 from agent.record.state import Experiment, LoopState, fold
 from agent.record.views import early_stops, queue_time, utilisation
 from agent.review.ablation_panel import ablation_panels
@@ -115,7 +116,7 @@ def build_context(tag_dir: Path, *, metric: str | None = None, direction: str | 
     started = next((e for e in events if isinstance(e, LoopStarted)), None)
     program = started.program if started else {}
     metric = program.get("metric") or metric or "val_bpb"
-    direction = program.get("direction") or direction or "minimize"
+    direction = Direction(program.get("direction") or direction or Direction.MINIMIZE)
     sd, dof = pooled_sd(state.noise_groups())
     experiments = [_experiment_row(state, e, tag_dir, repo) for e in state.experiments.values()]
     base_ref = list(state.reference(state.base_commit).values()) if state.base_commit else []
@@ -229,7 +230,7 @@ def _improvement(state: LoopState, direction: str) -> dict[str, Any] | None:
     if not incumbent or not base:
         return None
     found = mean_difference(incumbent, base)
-    sign = -1 if direction == "minimize" else 1
+    sign = Direction(direction).sign
     interval = sorted(sign * bound for bound in found.interval) if found.interval else None
     return {"value": sign * found.estimate, "interval": interval, "level": found.level,
             "paired": found.paired, "n_incumbent": found.n_a, "n_baseline": found.n_b}
@@ -358,7 +359,7 @@ def _arms(state: LoopState, direction: str) -> list[dict[str, Any]]:
         by_name.setdefault(experiment.researcher or "?", []).append(experiment)
     if len(by_name) < 2:
         return []
-    better = -1.0 if direction == "minimize" else 1.0
+    better = Direction(direction).sign
     rows = []
     for name, experiments in by_name.items():
         progress = 0.0
