@@ -41,7 +41,7 @@ from agent.review.contributions import leave_one_out
 from agent.review.replay import FullScaleRuns, dated_id, new_dated_dir
 from agent.workspace.merge import three_way_merge
 from agent.workspace.repo import Workspace
-from cluster.protocol import Job, OnDone, Outcome, Slot, Workers
+from cluster.protocol import Job, OnDone, JobOutcome, Slot, Workers
 
 ABLATIONS_DIR = "ablations"
 ABLATION_SEEDS = 700_000      # far from the night's (0.., 1000..) and noise's (900000..) seeds
@@ -142,7 +142,7 @@ class Ablator:
         """variant name -> seed -> metric of its OK runs."""
         todo = [(seed, variant) for seed in settings.seeds for variant in variants]
         values: dict[str, dict[int, float]] = {v.name: {} for v in variants}
-        done: "queue.Queue[Outcome]" = queue.Queue()
+        done: "queue.Queue[JobOutcome]" = queue.Queue()
         workers = self.make_workers(done.put)
         running: dict[str, tuple[Job, Variant, Slot]] = {}
         try:
@@ -171,7 +171,7 @@ class Ablator:
                 self.executor.release(variant.commit)
         return values
 
-    def _landed(self, outcome: Outcome, running: dict[str, tuple[Job, Variant, Slot]],
+    def _landed(self, outcome: JobOutcome, running: dict[str, tuple[Job, Variant, Slot]],
                 values: dict[str, dict[int, float]]) -> None:
         if outcome.run_id not in running:
             return   # reported twice (a backend's retry): the first report stands
@@ -184,7 +184,7 @@ class Ablator:
                                metric=run.metric, duration_s=run.duration_s, run_id=run.run_id,
                                reason=run.reason))
 
-    def _abort(self, workers: Workers, done: "queue.Queue[Outcome]",
+    def _abort(self, workers: Workers, done: "queue.Queue[JobOutcome]",
                running: dict[str, tuple[Job, Variant, Slot]],
                values: dict[str, dict[int, float]]) -> None:
         """Ctrl-C: end every run in flight and record how each ended."""
@@ -197,7 +197,7 @@ class Ablator:
                 continue
         for run_id in list(running):
             job, _, _ = running.pop(run_id)
-            self.executor.finish(job, Outcome(run_id, 0, None, error="interrupted by the user"))
+            self.executor.finish(job, JobOutcome(run_id, 0, None, error="interrupted by the user"))
 
     # ---- recording -------------------------------------------------------------------------
 

@@ -30,7 +30,7 @@ from agent.run.plan import RunPlan
 from agent.run.seeding import observe_seeding
 from agent.workspace.repo import Workspace, remove_snapshot
 from cluster.execute import execute
-from cluster.protocol import Job, Outcome, Slot
+from cluster.protocol import Job, JobOutcome, Slot
 from sandbox import Runner, RunResult, RunSpec, Status
 from sandbox.digest import digest_files
 from sandbox.protocol import DataMount, RunInterrupted
@@ -104,7 +104,7 @@ class RunExecutor:
         return Job(run_id=run_id, spec=spec, protected=self.plan.protected, label=label,
                    evaluation=evaluation)
 
-    def finish(self, job: Job, outcome: Outcome, curve: Curve | None = None,
+    def finish(self, job: Job, outcome: JobOutcome, curve: Curve | None = None,
                stopped: str | None = None) -> RunFinished:
         """Record how `job` ended (its provenance.json next to its result) and return the
         run_finished event, with the `curve` its progress lines drew; `stopped` says why the
@@ -241,8 +241,8 @@ class RunExecutor:
             outcome = execute(self.runner, job, WHOLE_MACHINE, stop, lines)
         except KeyboardInterrupt as interrupt:   # a RunInterrupted carries the run's result
             result = interrupt.result if isinstance(interrupt, RunInterrupted) else None
-            self.finish(job, Outcome(job.run_id, 0, result, error="interrupted by the user")
-                        if result else Outcome(job.run_id, 0, None, error="interrupted by the user"),
+            self.finish(job, JobOutcome(job.run_id, 0, result, error="interrupted by the user")
+                        if result else JobOutcome(job.run_id, 0, None, error="interrupted by the user"),
                         curve=curves.finish(job.run_id))
             raise
         return self.finish(job, outcome, curve=curves.finish(job.run_id))
