@@ -27,7 +27,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from agent.record.events import Direction, RunFinished, Verdict
+from agent.record.events import Direction, Role, RunFinished, Verdict
 from agent.record.state import Experiment, LoopState
 
 CHUNK = 50                 # experiments per closed history chunk
@@ -208,7 +208,7 @@ def _incumbent(state: LoopState, plan: EvaluationPlan, incumbent_runs: list[RunF
     if not incumbent:
         return "The incumbent has not been measured yet."
     reference = state.reference(incumbent)
-    runs = [r for r in incumbent_runs if r.role.value == "reference"]
+    runs = [r for r in incumbent_runs if r.role == Role.REFERENCE]
     kept_by = next((e for e in kept if e.commit == incumbent), None)
     origin = f"kept in {kept_by.id}: {kept_by.description[:80]}" if kept_by else "the base commit"
     lines = [f"The incumbent {incumbent[:8]} ({origin})."]

@@ -42,13 +42,13 @@ from typing import Any, ClassVar, Mapping
 
 from agent.record.codec import decode, encode
 from agent.record.curves import Curve
-from agent.record.records import (Comparison, Decision, Direction, ExitCode, Prediction, PredictedDirection,
-                                  Probe, Role, Score, Usage, Verdict)
+from agent.record.records import (Comparison, Decision, Direction, ExitCode, Prediction,
+                                  PredictedDirection, Probe, Role, Score, TargetRole, Usage, Verdict)
 from sandbox import Status
 
 __all__ = [  # the records events carry are importable from here too: one place to look
-    "Comparison", "Decision", "Direction", "ExitCode", "Prediction", "PredictedDirection", "Probe", "Role", "Score",
-    "Usage", "Verdict",
+    "Comparison", "Decision", "Direction", "ExitCode", "Prediction", "PredictedDirection", "Probe", "Role",
+    "Score", "TargetRole", "Usage", "Verdict",
     "Event", "LoopFacts", "LoopStarted", "LoopResumed", "LoopStopped", "HypothesisQueued",
     "ExperimentFacts", "ExperimentProposed", "ExperimentInvalid", "ProposalRebased", "RunIdentity",
     "RunStarted", "RunQueued", "RunBegan", "RunFinished", "RunStoppedEarly", "RunUnpaired",
@@ -373,7 +373,7 @@ class ReplayRun(Replay):
 
     replay_kind: ClassVar[str] = "run"
     commit: str
-    target_role: str
+    target_role: TargetRole
     experiment: str | None = None
     seed: int
     budget_s: float
@@ -393,7 +393,7 @@ class ReplayCommit(Replay):
 
     replay_kind: ClassVar[str] = "commit"
     commit: str
-    target_role: str
+    target_role: TargetRole
     experiment: str | None = None
     parent: str | None = None
     budget_s: float

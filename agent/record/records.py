@@ -82,6 +82,18 @@ class Role(str, enum.Enum):
         return self.value
 
 
+class TargetRole(str, enum.Enum):
+    """Why a commit is replayed (`nightshift replay`, agent/review/replay.py)."""
+
+    BASE = "base"       # where the night started
+    KEPT = "kept"       # a commit the night kept
+    GIVEN = "given"     # a commit named on the command line
+    PARENT = "parent"   # added so that a target's effect can be measured against it
+
+    def __str__(self) -> str:
+        return self.value
+
+
 class Direction(str, enum.Enum):
     """Which way the metric improves (program.md `direction:`). The value strings are the
     ledger's and program.md's, so old ledgers read unchanged."""

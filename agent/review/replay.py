@@ -41,11 +41,10 @@ from scipy import stats
 
 from agent.decide.decision import pooled_sd
 from agent.program import Program
-from agent.record.records import Direction
 from agent.run.executor import RunExecutor
 from agent.run.plan import RunPlan
-from agent.record.events import (Replay, ReplayCommit, ReplayRun, ReplaySummary, Role,
-                                 RunFinished, Verdict)
+from agent.record.events import (Direction, Replay, ReplayCommit, ReplayRun, ReplaySummary, Role,
+                                 RunFinished, TargetRole, Verdict)
 from agent.record.ledger import LEDGER_FILE, Ledger, utc_now
 from agent.record.provenance import compare_environments, read_provenance
 from agent.record.state import LoopState
@@ -70,7 +69,7 @@ class Target:
     added so that effects can be measured against it."""
 
     commit: str
-    role: str                      # "base" | "kept" | "given" | "parent"
+    role: TargetRole
     experiment: str | None = None
     parent: str | None = None      # the commit its effect is measured against
 
@@ -86,15 +85,15 @@ def plan_targets(state: LoopState, *, kept: bool, commits: Sequence[str] = (),
     for commit in wanted:
         experiment = by_commit.get(commit)
         parent = experiment.parent if experiment else parent_of(commit)
-        role = "base" if commit == state.base_commit else \
-            "kept" if experiment is not None and experiment.verdict == Verdict.KEEP else "given"
+        role = TargetRole.BASE if commit == state.base_commit else \
+            TargetRole.KEPT if experiment is not None and experiment.verdict == Verdict.KEEP else TargetRole.GIVEN
         chosen[commit] = Target(commit, role, experiment.id if experiment else None, parent)
     if kept and state.base_commit and state.base_commit not in chosen:
-        chosen = {state.base_commit: Target(state.base_commit, "base"), **chosen}
+        chosen = {state.base_commit: Target(state.base_commit, TargetRole.BASE), **chosen}
     if with_parents:
         for target in list(chosen.values()):
             if target.parent and target.parent not in chosen:
-                role = "base" if target.parent == state.base_commit else "parent"
+                role = TargetRole.BASE if target.parent == state.base_commit else TargetRole.PARENT
                 chosen = {target.parent: Target(target.parent, role), **chosen}
     return list(chosen.values())
 
@@ -188,7 +187,7 @@ class Replayer:
         for target in targets:
             self.executor.release(target.commit)
         rows = [self._commit_event(t, values, diffs[t.commit], settings) for t in targets]
-        kept = [r for r in rows if r.target_role == "kept" and r.proxy_effect is not None
+        kept = [r for r in rows if r.target_role == TargetRole.KEPT and r.proxy_effect is not None
                 and r.full_effect is not None]
         measured = [r for r in rows if r.original.get("mean") is not None and r.mean is not None]
         sign = Direction(self.direction).sign
