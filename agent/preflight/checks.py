@@ -170,7 +170,7 @@ def judge_runs(verdict: Checklist, runs: list[RunFinished], program: Program, re
 
 def _judge_writes(verdict: Checklist, runs: list[RunFinished], program: Program, results_dir: Path) -> None:
     records = [read_provenance(results_dir / Path(r.provenance).parent) for r in runs if r.provenance]
-    outputs = [rec.get("outputs") for rec in records if rec and rec.get("outputs")]
+    outputs = [rec.outputs for rec in records if rec is not None and rec.outputs]
     tampered = [r for r in runs if r.status == Status.TAMPERED]
     if tampered:
         verdict.add("nothing written outside the allowed places", False, tampered[0].reason,

@@ -15,7 +15,7 @@ night's split, labelled test) or warned about (a longer `--budget` that no run c
 `unexpressed_changes`.
 
 Every replayed run also compares its environment with the original run's provenance
-(`agent.provenance.compare_environments`) and lists what changed.
+(`agent.record.provenance.compare_environments`) and lists what changed.
 
 Where things go: runs run through `agent.runs.RunExecutor` with a ledger of their own,
 `results/<tag>/replays/<replay_id>/ledger.jsonl` (run_started / run_finished, provenance per
@@ -46,7 +46,7 @@ from agent.run.plan import RunPlan
 from agent.record.events import (Direction, Replay, ReplayCommit, ReplayRun, ReplaySummary, Role,
                                  RunFinished, TargetRole, Verdict)
 from agent.record.ledger import LEDGER_FILE, Ledger, utc_now
-from agent.record.provenance import compare_environments, read_provenance
+from agent.record.provenance import Provenance, compare_environments, read_provenance
 from agent.record.state import LoopState
 from agent.workspace.repo import Workspace
 
@@ -252,7 +252,7 @@ class Replayer:
             return []
         return [d.to_dict() for d in compare_environments(original, current)]
 
-    def _original_provenance(self, commit: str, seed: int) -> dict[str, Any] | None:
+    def _original_provenance(self, commit: str, seed: int) -> Provenance | None:
         """The night's provenance for this commit and seed, else this commit, else any run."""
         def rank(run: RunFinished) -> int:
             return (run.commit != commit) * 2 + (run.seed != seed)

@@ -32,6 +32,7 @@ from agent.record.views import early_stops, queue_time, utilisation
 from agent.review.ablation_panel import ablation_panels
 from agent.review.charts import calibration_chart, progress_chart, progress_png
 from agent.review.experiment_view import experiment_views
+from sandbox import Status
 
 TEMPLATES = Path(__file__).parent / "templates"
 MAX_DIFF_CHARS = 20_000          # per experiment in the page; the full diff stays in provenance
@@ -278,9 +279,9 @@ def _experiment_row(state: LoopState, experiment: Experiment, tag_dir: Path,
 def _diff(experiment: Experiment, tag_dir: Path, repo: Path | None) -> str:
     """From a candidate run's provenance, else git (when the repository is at hand)."""
     for run in experiment.runs:
-        record = read_provenance(tag_dir / "runs" / run.run_id) or {}
-        if record.get("diff"):
-            return record["diff"]
+        record = read_provenance(tag_dir / "runs" / run.run_id)
+        if record is not None and record.diff:
+            return record.diff
     if repo is not None and experiment.commit and experiment.parent:
         done = subprocess.run(["git", "-C", str(repo), "diff", "--no-color", experiment.parent,
                                experiment.commit], capture_output=True, text=True, errors="replace")
@@ -398,7 +399,7 @@ def _replays(events: list[Any], state: LoopState) -> list[dict[str, Any]]:
                                      experiment.description if experiment else event.target_role})
         else:
             entry["runs"] += 1
-            entry["failed"] += event.status.value != "ok"
+            entry["failed"] += event.status != Status.OK
     return list(found.values())
 
 
@@ -407,11 +408,10 @@ def _environment(state: LoopState, tag_dir: Path) -> dict[str, Any]:
     fingerprints = sorted({r.env_fingerprint for r in state.runs if r.env_fingerprint})
     for run in reversed(state.runs):
         record = read_provenance(tag_dir / "runs" / run.run_id)
-        if record:
-            return {"facts": record.get("environment") or {}, "sandbox": record.get("sandbox") or {},
-                    "data": {**(record.get("data_meta") or {}),   # a data: folder's content hash too
-                             "corpus_hash": record.get("data_hash") or (record.get("data_meta") or {}).get("corpus_hash")},
-                    "command": record.get("command"),
-                    "split": record.get("split"), "fingerprints": fingerprints}
+        if record is not None:
+            return {"facts": record.environment, "sandbox": record.sandbox,
+                    "data": {**record.data_meta,   # a data: folder's content hash too
+                             "corpus_hash": record.data_hash or record.data_meta.get("corpus_hash")},
+                    "command": record.command, "split": record.split, "fingerprints": fingerprints}
     return {"facts": {}, "sandbox": {}, "data": {}, "command": None, "split": None,
             "fingerprints": fingerprints}
