@@ -42,13 +42,13 @@ from typing import Any, ClassVar, Mapping
 
 from agent.record.codec import decode, encode
 from agent.record.curves import Curve
-from agent.record.records import (Comparison, Decision, Direction, ExitCode, Prediction,
+from agent.record.records import (ChangeStatus, Comparison, Decision, Direction, ExitCode, Prediction,
                                   PredictedDirection, Probe, Role, Score, TargetRole, Usage, Verdict)
 from sandbox import Status
 
 __all__ = [  # the records events carry are importable from here too: one place to look
-    "Comparison", "Decision", "Direction", "ExitCode", "Prediction", "PredictedDirection", "Probe", "Role",
-    "Score", "TargetRole", "Usage", "Verdict",
+    "ChangeStatus", "Comparison", "Decision", "Direction", "ExitCode", "Prediction", "PredictedDirection",
+    "Probe", "Role", "Score", "TargetRole", "Usage", "Verdict",
     "Event", "LoopFacts", "LoopStarted", "LoopResumed", "LoopStopped", "HypothesisQueued",
     "ExperimentFacts", "ExperimentProposed", "ExperimentInvalid", "ProposalRebased", "RunIdentity",
     "RunStarted", "RunQueued", "RunBegan", "RunFinished", "RunStoppedEarly", "RunUnpaired",
@@ -502,7 +502,7 @@ class AblationChange(Event):
     commit: str
     parent: str | None = None
     description: str = ""
-    status: str = "measured"
+    status: ChangeStatus = ChangeStatus.MEASURED
     reason: str = ""
     variant_commit: str | None = None
     values: dict[int, float] = field(default_factory=dict)     # the variant's, per seed

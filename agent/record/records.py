@@ -94,6 +94,19 @@ class TargetRole(str, enum.Enum):
         return self.value
 
 
+class ChangeStatus(str, enum.Enum):
+    """What became of one kept change in `nightshift ablate` (agent/review/ablate.py)."""
+
+    PLANNED = "planned"     # its revert was built; it will run
+    CONFLICT = "conflict"   # a later keep changed the same lines: not run, never guessed
+    ABSENT = "absent"       # a later keep undid it already
+    MEASURED = "measured"   # it ran, and its contribution was estimated
+    FAILED = "failed"       # it ran, but no seed has both it and the incumbent
+
+    def __str__(self) -> str:
+        return self.value
+
+
 class Direction(str, enum.Enum):
     """Which way the metric improves (program.md `direction:`). The value strings are the
     ledger's and program.md's, so old ledgers read unchanged."""

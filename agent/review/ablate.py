@@ -33,7 +33,7 @@ from typing import Any, Callable, Sequence
 from agent.program import Program
 from agent.record.records import Direction
 from agent.run.executor import RunExecutor
-from agent.record.events import (AblationChange, AblationPlanned, AblationRun, AblationSummary,
+from agent.record.events import (AblationChange, AblationPlanned, AblationRun, AblationSummary, ChangeStatus,
                                  Event, Role)
 from agent.record.ledger import LEDGER_FILE, Ledger
 from agent.record.state import LoopState
@@ -63,13 +63,13 @@ class Variant:
     kept_commit: str | None = None
     parent: str | None = None
     description: str = ""
-    status: str = "planned"        # "planned" | "conflict" | "absent"
+    status: ChangeStatus = ChangeStatus.PLANNED   # or CONFLICT, ABSENT: not run
     reason: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "experiment": self.experiment, "commit": self.kept_commit,
                 "parent": self.parent, "description": self.description,
-                "variant_commit": self.commit, "status": self.status, "reason": self.reason}
+                "variant_commit": self.commit, "status": self.status.value, "reason": self.reason}
 
 
 def plan_variants(state: LoopState, workspace: Workspace, target: str,
@@ -90,12 +90,12 @@ def plan_variants(state: LoopState, workspace: Workspace, target: str,
         merged = three_way_merge(base=workspace.read(target, experiment.commit), ours=ours,
                                  theirs=workspace.read(target, experiment.parent))
         if merged is None:
-            variants.append(Variant(experiment.id, None, status="conflict", **change, reason=(
+            variants.append(Variant(experiment.id, None, status=ChangeStatus.CONFLICT, **change, reason=(
                 "its revert conflicts with a later kept change to the same lines of "
                 f"{target}; not guessed, not run")))
             continue
         if merged == ours:
-            variants.append(Variant(experiment.id, None, status="absent", **change, reason=(
+            variants.append(Variant(experiment.id, None, status=ChangeStatus.ABSENT, **change, reason=(
                 "the incumbent no longer holds this change (a later keep undid it)")))
             continue
         sha = workspace.commit_candidate(
@@ -211,8 +211,8 @@ class Ablator:
             estimate = found.contributions.get(variant.name)
             status, reason = variant.status, variant.reason
             if variant.commit is not None:
-                status = "measured" if estimate is not None and estimate.n else "failed"
-                if status == "failed":
+                status = ChangeStatus.MEASURED if estimate is not None and estimate.n else ChangeStatus.FAILED
+                if status == ChangeStatus.FAILED:
                     reason = "no seed on which both it and the incumbent ran successfully"
             self._emit(AblationChange(
                 ablation_id=self.ablation_id, experiment=variant.name, commit=variant.kept_commit,
