@@ -84,7 +84,7 @@ def predict_delta(
     *,
     incumbent_value: float | None,
     noise_sd: float | None,
-    direction: str,
+    direction: Direction,
     metric: str = "metric",
 ) -> Prediction:
     """A Prediction of candidate − incumbent from the study's GP (method: module doc)."""

@@ -100,7 +100,7 @@ class Ablation:
 
 
 def leave_one_out(incumbent: Mapping[int, float], base: Mapping[int, float],
-                  without: Mapping[str, Mapping[int, float]], direction: str,
+                  without: Mapping[str, Mapping[int, float]], direction: Direction,
                   level: float = LEVEL) -> Ablation:
     """Contributions of the changes of `without` (change -> seed -> metric of the incumbent
     without it), the gain of `incumbent` over `base`, and their interaction; all paired on

@@ -46,7 +46,7 @@ class WrittenReport:
 
 
 def write_report(tag_dir: Path, *, out: Path | None = None, metric: str | None = None,
-                 direction: str | None = None, repo: Path | None = None) -> WrittenReport:
+                 direction: Direction | None = None, repo: Path | None = None) -> WrittenReport:
     """Render results/<tag>/report.html (or `out`) and progress.png next to it."""
     tag_dir = Path(tag_dir)
     context = build_context(tag_dir, metric=metric, direction=direction, repo=repo)
@@ -108,7 +108,7 @@ def _mean(values: list[float]) -> float | None:
     return statistics.fmean(values) if values else None
 
 
-def build_context(tag_dir: Path, *, metric: str | None = None, direction: str | None = None,
+def build_context(tag_dir: Path, *, metric: str | None = None, direction: Direction | None = None,
                   repo: Path | None = None, events: list[Any] | None = None) -> dict[str, Any]:
     """Everything the template shows, as plain data (also handy for tests and notebooks).
     `events`: the tag's events when the caller has read them already (the live page)."""
@@ -221,7 +221,7 @@ def _level(state: LoopState, commit: str) -> dict[str, Any]:
             "selection_n": len(kept.values()) if kept else 0}
 
 
-def _improvement(state: LoopState, direction: str) -> dict[str, Any] | None:
+def _improvement(state: LoopState, direction: Direction) -> dict[str, Any] | None:
     """The night's headline: the incumbent on its fresh seeds against the baseline on its
     own, in the program's direction (positive = better), with a 95% interval; None when
     nothing was kept or the incumbent is not measured yet."""
@@ -291,7 +291,7 @@ def _diff(experiment: Experiment, tag_dir: Path, repo: Path | None) -> str:
 
 
 def _chart_data(state: LoopState, rows: list[dict[str, Any]], baseline: float | None,
-                sd: float | None, direction: str) -> dict[str, Any]:
+                sd: float | None, direction: Direction) -> dict[str, Any]:
     """Points (one per experiment), the kept frontier as steps, and the noise band around it."""
     points = [{"x": i, "y": row["mean"], "verdict": row["style"], "id": row["id"],
                "label": f"{row['id']} [{row['verdict']}] {row['description'][:80]}"
@@ -350,7 +350,7 @@ def _cost(state: LoopState) -> dict[str, Any] | None:
             "usd_per_keep": usage.usd / n_kept if n_kept else None}
 
 
-def _arms(state: LoopState, direction: str) -> list[dict[str, Any]]:
+def _arms(state: LoopState, direction: Direction) -> list[dict[str, Any]]:
     """One row per researcher when a night had more than one (an LLM and its control arm):
     what each proposed, what it cost, and the progress its keeps made, so the two compare per
     run and per dollar. A keep's progress is the honest step, from fresh reference seeds of the
