@@ -130,10 +130,6 @@ class Direction(str, enum.Enum):
         """Whether `a` is strictly better than `b`."""
         return self.improvement(a, b) > 0
 
-    def best(self, values):
-        """The best of `values` (min or max); `key=` as for min/max is not needed here."""
-        return min(values) if self is Direction.MINIMIZE else max(values)
-
     @property
     def lower_is_better(self) -> bool:
         return self is Direction.MINIMIZE
