@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agent.night.session import build_session  # noqa: E402
 from agent.program import load_program, parse_duration  # noqa: E402
-from agent.record.events import Role, RunFinished  # noqa: E402
+from agent.record.events import Direction, Role, RunFinished  # noqa: E402
 from agent.run.observer import QuietObserver  # noqa: E402
 from agent.target.knobs import knob_values, set_knobs  # noqa: E402
 from tests.loop_helpers import project_repo  # noqa: E402
@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  (not written: {change} on seed {seed} did not end OK with a curve)")
                 continue
             pair = {"seed": seed, "change": change, "null": change == NULL, "metric": "val_bpb",
-                    "direction": "minimize", "budget_s": budget,
+                    "direction": Direction.MINIMIZE.value, "budget_s": budget,
                     "candidate": run_record(candidate), "incumbent": run_record(inc)}
             with open(args.out, "a") as out:
                 out.write(json.dumps(pair) + "\n")

@@ -38,7 +38,7 @@ from agent.decide.curve_forecast import PRIOR, CurveNoise, Prior, pooled_curve_n
 from agent.decide.early_stop import EarlyStopSettings, FinishedPair, Stop, judge, loss_before
 from agent.decide.sequential import SequentialRule
 from agent.record.curves import Curve, CurvePoint
-from agent.record.events import Decision, Verdict
+from agent.record.events import Decision, Direction, Verdict
 
 RUN_S = 75.0
 START, TRAIN = 0.1, 0.8              # shares of a run's time: start-up, training (the rest: eval)
@@ -168,7 +168,7 @@ def night(stopper: str, workers: int, draw, world, rng: np.random.Generator, cur
 
     def evidence(cand: Candidate, values: dict[int, float] | None = None) -> Evidence:
         sd, dof = noise()
-        return Evidence("minimize", dict(values or cand.values), dict(reference), sd, dof,
+        return Evidence(Direction.MINIMIZE, dict(values or cand.values), dict(reference), sd, dof,
                         cand.history, looks=tuple(cand.looks),
                         batch=max(1, workers // max(1, len(pending))), runs=table)
 
@@ -359,7 +359,7 @@ def _study():
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    return optuna.create_study(direction="minimize", pruner=optuna.pruners.MedianPruner())
+    return optuna.create_study(direction=Direction.MINIMIZE.value, pruner=optuna.pruners.MedianPruner())
 
 
 def _pruned():

@@ -58,7 +58,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from agent.decide.decision import Evidence  # noqa: E402
-from agent.record.events import Decision, Verdict  # noqa: E402
+from agent.record.events import Decision, Direction, Verdict  # noqa: E402
 from agent.decide.sequential import SequentialRule  # noqa: E402
 
 MODEL_PATH = Path(__file__).with_name("noise_model.json")
@@ -201,7 +201,7 @@ def night_sequential(rule: SequentialRule, prior: str, budget: int,
         decision = None
         while night.runs < budget:
             sd = math.sqrt(pooled["ss"] / pooled["dof"]) if pooled["dof"] else None
-            out = rule.next(Evidence("minimize", dict(candidate), dict(reference), sd,
+            out = rule.next(Evidence(Direction.MINIMIZE, dict(candidate), dict(reference), sd,
                                      pooled["dof"], tuple(history), runs=table,
                                      repeats=repeats, reference_order={
                                          s: order[incumbent, s] for s in reference}))

@@ -6,7 +6,7 @@ One run at a time (latency, not throughput) of a script that only writes the tim
 and ended, through the real `Workers` of each backend and the local sandbox. Two figures a run:
 - submit -> start: from `Workers.submit` to the script's first line (the sandbox's start-up,
   and on a cluster the shipping of the snapshot, the scheduler, the node's Python);
-- finish -> seen: from the script's last line to the harness holding its Outcome (the
+- finish -> seen: from the script's last line to the harness holding its JobOutcome (the
   sandbox's tear-down, the answer's way back, the harness's polling).
 Ray uses $RAY_ADDRESS, else a two-node cluster on 127.0.0.1 started here (and stopped);
 Slurm uses $SLURM_CONF, else the cluster of .ci/slurm_cluster.py started here (root, slurm-wlm

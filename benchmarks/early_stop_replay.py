@@ -68,6 +68,7 @@ from agent.decide.curve_forecast import PRIOR, CurveNoise, Prior  # noqa: E402
 from agent.decide.early_stop import (EarlyStopSettings, FinishedPair, Stop, curve_noise,  # noqa: E402
                                      judge, why_unpaired)
 from agent.record.curves import Curve, CurvePoint  # noqa: E402
+from agent.record.records import Direction  # noqa: E402
 from benchmarks import curve_prior  # noqa: E402
 
 START, TRAIN = 0.1, 0.8      # a run's time without run_s: start-up, training, evaluation
@@ -124,7 +125,7 @@ def read_pairs(path: Path) -> list[Pair]:
             continue
         try:
             data = json.loads(line)
-            sign = -1.0 if data.get("direction", "minimize") == "minimize" else 1.0
+            sign = Direction(data.get("direction", Direction.MINIMIZE)).sign
             cand, inc = _run(data["candidate"]), _run(data["incumbent"])
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as error:
             raise FormatError(f"{path}:{number}: not a pair ({error!r}); each line needs "
@@ -272,8 +273,8 @@ def synthetic(path: Path, pairs: int, seed: int) -> None:
                          "points": [[float(f), 25 * (k + 1), float(x), 0.01] for k, (f, x)
                                     in enumerate(zip(grid, losses))]}
         lines.append(json.dumps({"seed": 1000 + i, "change": "synthetic", "null": bool(null),
-                                 "metric": "val_bpb", "direction": "minimize", "budget_s": 60,
-                                 **runs}))
+                                 "metric": "val_bpb", "direction": Direction.MINIMIZE.value,
+                                 "budget_s": 60, **runs}))
     path.write_text("\n".join(lines) + "\n")
 
 

@@ -26,7 +26,7 @@ import numpy as np
 
 from agent.decide.decision import Evidence, RunMore
 from agent.decide.sequential import SequentialRule
-from agent.record.events import Decision, Verdict
+from agent.record.events import Decision, Direction, Verdict
 
 RUN_S = 75.0
 
@@ -88,7 +88,7 @@ def nightshift(rule: SequentialRule, workers: int, draw, world, rng: np.random.G
 
     def evidence(cand: Candidate) -> Evidence:
         sd, dof = noise()
-        return Evidence("minimize", dict(cand.values), dict(reference), sd, dof, cand.history,
+        return Evidence(Direction.MINIMIZE, dict(cand.values), dict(reference), sd, dof, cand.history,
                         looks=tuple(cand.looks), batch=max(1, workers // max(1, len(pending))),
                         runs=table, repeats=tuple(repeats))
 

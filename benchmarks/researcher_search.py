@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agent.decide.decision import Evidence  # noqa: E402
 from agent.decide.sequential import SequentialRule  # noqa: E402
-from agent.record.events import Decision, Verdict  # noqa: E402
+from agent.record.events import Decision, Direction, Verdict  # noqa: E402
 from agent.record.state import Experiment  # noqa: E402
 from agent.researchers.base import Outcome, ResearchContext  # noqa: E402
 from agent.target.knobs import knob_values, parse_knobs  # noqa: E402
@@ -91,7 +91,7 @@ def night(arm: str, runs: int, seed: int, noise_model) -> dict:
             context = ResearchContext(
                 program_text="", target="train.py", incumbent_source=source,
                 incumbent_commit=str(incumbent), protected={}, ledger_summary="", metric="loss",
-                direction="minimize", noise_sd=noise, incumbent_value=float(np.mean(list(reference.values()))),
+                direction=Direction.MINIMIZE, noise_sd=noise, incumbent_value=float(np.mean(list(reference.values()))),
                 experiment_index=index)
             proposal = researcher.propose(context)
             commit += 1
@@ -101,7 +101,7 @@ def night(arm: str, runs: int, seed: int, noise_model) -> dict:
             candidate: dict[int, float] = {}
             while True:
                 sd = noise if values else None
-                step = rule.next(Evidence("minimize", dict(candidate), dict(reference), sd,
+                step = rule.next(Evidence(Direction.MINIMIZE, dict(candidate), dict(reference), sd,
                                           len(values), tuple(history)))
                 if isinstance(step, Decision):
                     break

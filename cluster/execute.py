@@ -12,7 +12,7 @@ import threading
 import time
 from typing import Callable
 
-from cluster.protocol import Job, Outcome, Slot
+from cluster.protocol import Job, JobOutcome, Slot
 from sandbox import Runner, RunResult, RunSpec, SandboxUnavailable, Status
 from sandbox.digest import digest_files, tampered
 
@@ -28,7 +28,7 @@ def on_slot(job: Job, slot: Slot) -> Job:
 
 
 def execute(runner: Runner, job: Job, slot: Slot, stop: threading.Event,
-            on_output: Callable[[str], None] | None = None) -> Outcome:
+            on_output: Callable[[str], None] | None = None) -> JobOutcome:
     """Run `job` on `slot` with `runner`; digests of its protected paths around it. Never
     raises for the run's own failures: they are in the result (or `error`; `harness_error`
     when the harness's filesystem failed it)."""
@@ -39,16 +39,16 @@ def execute(runner: Runner, job: Job, slot: Slot, stop: threading.Event,
         result = runner.run(job.spec, on_output=on_output, stop=stop)
         evaluation, evaluation_error = _evaluate(runner, job, result, stop, on_output)
     except SandboxUnavailable as error:
-        return Outcome(job.run_id, slot.index, None, started=started, ended=time.time(),
+        return JobOutcome(job.run_id, slot.index, None, started=started, ended=time.time(),
                        error=str(error))
     except OSError as error:   # the run's folder, its log: the harness's disk failed, not the run
-        return Outcome(job.run_id, slot.index, None, started=started, ended=time.time(),
+        return JobOutcome(job.run_id, slot.index, None, started=started, ended=time.time(),
                        error=f"{type(error).__name__}: {error}",
                        harness_error=(error.errno or 0, error.strerror or str(error),
                                       None if error.filename is None else str(error.filename)))
     ended = time.time()
     after = digest_files(job.spec.snapshot_dir, job.protected)
-    return Outcome(job.run_id, slot.index, result, tampered=tampered(before, after), digests=after,
+    return JobOutcome(job.run_id, slot.index, result, tampered=tampered(before, after), digests=after,
                    started=started, ended=ended, evaluation=evaluation, evaluation_error=evaluation_error)
 
 

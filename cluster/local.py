@@ -6,7 +6,7 @@ import threading
 from typing import Any
 
 from cluster.execute import execute
-from cluster.protocol import Job, OnDone, OnOutput, Outcome, Slot, Workers
+from cluster.protocol import Job, OnDone, OnOutput, JobOutcome, Slot, Workers
 from sandbox import Runner
 
 
@@ -26,7 +26,7 @@ class LocalWorkers(Workers):
             try:
                 outcome = execute(self.runner, job, slot, stop, lines)
             except BaseException as error:   # a harness bug in a thread must still report
-                outcome = Outcome(job.run_id, slot.index, None, error=f"{type(error).__name__}: {error}")
+                outcome = JobOutcome(job.run_id, slot.index, None, error=f"{type(error).__name__}: {error}")
             with self._lock:
                 self._jobs.pop(job.run_id, None)
             self.on_done(outcome)

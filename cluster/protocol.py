@@ -35,7 +35,7 @@ class Job:
 
 
 @dataclass
-class Outcome:
+class JobOutcome:
     """How a job ended, as the harness records it."""
 
     run_id: str
@@ -78,7 +78,7 @@ class ClusterUnavailable(RuntimeError):
 
 
 OnOutput = Callable[[str, str], None]        # (run_id, line)
-OnDone = Callable[[Outcome], None]
+OnDone = Callable[[JobOutcome], None]
 OnDispatched = Callable[[Dispatched], None]
 
 
@@ -89,7 +89,7 @@ class Workers(ABC):
     A backend with a queue also reports `Dispatched` news (queued, began) to the
     `on_dispatched` callback it was given, from its own thread, like `on_done`.
 
-    Contract: `submit` returns at once; every submitted job produces exactly one Outcome,
+    Contract: `submit` returns at once; every submitted job produces exactly one JobOutcome,
     also when cancelled (an INTERRUPTED result) or when it could not start (`error`);
     `cancel(run_id)` and `cancel_all()` make the runs end within seconds; `close()` returns
     once nothing runs any more. A job never outlives the harness (see the sandbox contract; a

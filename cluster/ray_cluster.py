@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from cluster.execute import execute
-from cluster.protocol import ClusterUnavailable, Job, OnDone, OnOutput, Outcome, Slot, Workers
+from cluster.protocol import ClusterUnavailable, Job, OnDone, OnOutput, JobOutcome, Slot, Workers
 from sandbox import RunResult, RunSpec, Status
 from sandbox.protocol import RunInterrupted
 from sandbox.trees import read_only_tree, remove_tree
@@ -166,7 +166,7 @@ def run_on_node(job: Job, slot_index: int, sandbox: str, image: str, snapshot: b
                               slot, stop, sender)
         except KeyboardInterrupt as interrupt:   # ray.cancel: the sandbox has killed the tree
             result = interrupt.result if isinstance(interrupt, RunInterrupted) else None
-            outcome = Outcome(job.run_id, slot_index, result, error="cancelled")
+            outcome = JobOutcome(job.run_id, slot_index, result, error="cancelled")
         finally:
             if sender is not None:
                 sender.close()
@@ -353,15 +353,15 @@ class RayWorkers(Workers):
                 for line in printed if reader is not None else ():
                     reader(run_id, line)
 
-    def _collect(self, ref: Any, slot: Slot, job: Job, submitted: float) -> Outcome:
+    def _collect(self, ref: Any, slot: Slot, job: Job, submitted: float) -> JobOutcome:
         """The task's answer, its log and out folder written where the head keeps them."""
         try:
             answer = self._ray.get(ref)
         except Exception as error:   # cancelled, or the node died under it
             cancelled = type(error).__name__ == "TaskCancelledError"
-            return _interrupted(job, slot, submitted) if cancelled else Outcome(
+            return _interrupted(job, slot, submitted) if cancelled else JobOutcome(
                 job.run_id, slot.index, None, error=f"the Ray task failed: {type(error).__name__}: {error}")
-        outcome: Outcome = answer["outcome"]
+        outcome: JobOutcome = answer["outcome"]
         for name, back in answer["steps"].items():
             spec = job.evaluation if name == "eval" else job.spec
             _unpack(back["out"], spec.out_dir)
@@ -378,7 +378,7 @@ class RayWorkers(Workers):
         return outcome
 
 
-def _interrupted(job: Job, slot: Slot, submitted: float) -> Outcome:
+def _interrupted(job: Job, slot: Slot, submitted: float) -> JobOutcome:
     log = job.spec.out_dir.parent / "log.txt"
     log.write_text("")
     now = time.time()
@@ -387,5 +387,5 @@ def _interrupted(job: Job, slot: Slot, submitted: float) -> Outcome:
                        duration_s=now - submitted, peak_memory_mb=None, log_path=log, log_tail="",
                        backend="ray", started_at=iso, ended_at=iso,
                        reason="cancelled on the cluster before it finished")
-    return Outcome(job.run_id, slot.index, result, started=submitted, ended=now)
+    return JobOutcome(job.run_id, slot.index, result, started=submitted, ended=now)
 

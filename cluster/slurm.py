@@ -39,7 +39,7 @@ from typing import Any, Callable
 
 from cluster import slurm_queue as queue
 from cluster.protocol import (ClusterUnavailable, Dispatched, Job, OnDispatched, OnDone, OnOutput,
-                              Outcome, Slot, Workers)
+                              JobOutcome, Slot, Workers)
 from cluster.slurm_area import SharedArea
 from cluster.slurm_jobs import Request, job_deadline_s, make_executor, probe_nodes, remove_job_files
 from cluster.slurm_node import BEGAN, HARNESS_LOST_S, OUTPUT, run_on_node
@@ -56,7 +56,7 @@ HEARTBEAT_S = 5.0     # how often the harness rewrites its heartbeat for the nod
 
 @dataclasses.dataclass
 class _Entry:
-    """One run handed to Slurm, from submit() to its Outcome."""
+    """One run handed to Slurm, from submit() to its JobOutcome."""
 
     job: Job                        # as the harness knows it (its own paths)
     slot: Slot
@@ -201,7 +201,7 @@ class SlurmWorkers(Workers):
             return
         longest = self.request.partition.max_time_min
         if longest is not None and entry.time_limit_min > longest:
-            self._report(entry, Outcome(entry.job.run_id, entry.slot.index, None, error=(
+            self._report(entry, JobOutcome(entry.job.run_id, entry.slot.index, None, error=(
                 f"its time limit of {entry.time_limit_min} min (budget + grace + start-up, or "
                 f"slurm.time) exceeds partition {self.request.partition.name}'s MaxTime of {longest} "
                 f"min; lower the budget or choose a partition that allows it")))
@@ -210,7 +210,7 @@ class SlurmWorkers(Workers):
             job, inputs = self.area.stage(entry.job)
             sub = self._submit_one(entry, job)
         except Exception as error:   # staging (a full shared disk) or sbatch refusing it
-            self._report(entry, Outcome(entry.job.run_id, entry.slot.index, None,
+            self._report(entry, JobOutcome(entry.job.run_id, entry.slot.index, None,
                                         error=f"it could not be submitted to Slurm: {error}"))
             return
         with self._lock:   # the news of its queueing goes before any news of its start
@@ -296,10 +296,10 @@ class SlurmWorkers(Workers):
         if kind != "success":
             last = str(value).strip().splitlines()[-1:] or ["?"]
             where = entry.node or "its node"
-            self._report(entry, Outcome(entry.job.run_id, entry.slot.index, None,
+            self._report(entry, JobOutcome(entry.job.run_id, entry.slot.index, None,
                                         error=f"Slurm job {entry.job_id} failed on {where}: {last[0]}"))
             return
-        outcome: Outcome = value["outcome"]
+        outcome: JobOutcome = value["outcome"]
         stopped_by = value.get("signal")
         finished = outcome.result is not None and outcome.result.status == Status.OK
         if stopped_by and not finished:
@@ -359,13 +359,13 @@ class SlurmWorkers(Workers):
 
     # ---- answering -----------------------------------------------------------------------------
 
-    def _brought_back(self, entry: _Entry, outcome: Outcome) -> Outcome:
+    def _brought_back(self, entry: _Entry, outcome: JobOutcome) -> JobOutcome:
         """The node's outcome with the run's folder moved home and its paths the harness's."""
         if entry.on_output is not None:
             self._follow(entry)              # the last lines, before the answer
         return self.area.home(entry.job, outcome)
 
-    def _ended(self, entry: _Entry, status: Status, reason: str, job_state: str | None = None) -> Outcome:
+    def _ended(self, entry: _Entry, status: Status, reason: str, job_state: str | None = None) -> JobOutcome:
         """An outcome for a job that ended without the node's answer (cancelled, preempted,
         failed before it ran): its log is whatever Slurm wrote of the job."""
         own = run_folder(entry.job)
@@ -381,11 +381,11 @@ class SlurmWorkers(Workers):
                            peak_memory_mb=None, log_path=log, log_tail="\n".join(text.splitlines()[-40:]),
                            backend=self.sandbox, started_at=stamp, ended_at=stamp, reason=reason)
         self.area.home(entry.job)
-        return Outcome(entry.job.run_id, entry.slot.index, result, node=entry.node,
+        return JobOutcome(entry.job.run_id, entry.slot.index, result, node=entry.node,
                        started=entry.began or 0.0, ended=now if entry.began else 0.0,
                        job_state=job_state)
 
-    def _report(self, entry: _Entry, outcome: Outcome) -> None:
+    def _report(self, entry: _Entry, outcome: JobOutcome) -> None:
         outcome.slot, outcome.job_id = entry.slot.index, entry.job_id
         outcome.node = outcome.node or entry.node
         if entry.began is not None:

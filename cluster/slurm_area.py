@@ -19,7 +19,7 @@ import threading
 from pathlib import Path
 from typing import Any, Iterable
 
-from cluster.protocol import Job, Outcome
+from cluster.protocol import Job, JobOutcome
 from cluster.slurm_node import PRIVATE
 from cluster.staging import (Relocation, StagingError, bring_back, copy_in, fingerprint, paths_in,
                              relocate, run_folder)
@@ -68,7 +68,7 @@ class SharedArea:
             (there / Path(current).relative_to(own)).mkdir(parents=True, exist_ok=True)
         return relocate(job, Relocation.of(table, keep=(self.shared,))), tuple(inputs)
 
-    def home(self, job: Job, outcome: Outcome | None = None) -> Outcome | None:
+    def home(self, job: Job, outcome: JobOutcome | None = None) -> JobOutcome | None:
         """Move the run's folder back to the harness's run folder; the outcome (if any) with
         the harness's paths."""
         own, there = run_folder(job), self.run_dir(job.run_id)

@@ -6,7 +6,7 @@ side): the snapshot and the data are read from it in place; the run's own folder
 node's scratch space (`$TMPDIR`: an overlay's upper layer or a copy of the snapshot is better
 on a local disk than on NFS), run there with `cluster.execute.execute` exactly as on the
 harness's machine, and moved into the shared run folder when it ends, for the harness to
-bring back. The answer (an `Outcome`, its paths those of the shared folder) goes back through
+bring back. The answer (an `JobOutcome`, its paths those of the shared folder) goes back through
 submitit's result file.
 
 Slurm ends a job with SIGTERM (scancel, preemption, the time limit): the handler stops the run
@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from cluster.execute import execute
-from cluster.protocol import Job, Outcome, Slot
+from cluster.protocol import Job, JobOutcome, Slot
 from cluster.staging import Relocation, bring_back, relocate, remove_tree, run_folder
 
 BEGAN = ".nightshift-began.json"
@@ -88,7 +88,7 @@ def run_on_node(job: Job, sandbox: str, image: str,
                 outcome = execute(runner, relocate(job, here), slot, stop,
                                   lambda line: lines.write(line.rstrip("\n") + "\n"))
         except Exception as error:   # the backend could not even be made here: this run's failure
-            outcome = Outcome(job.run_id, 0, None, started=began, ended=time.time(),
+            outcome = JobOutcome(job.run_id, 0, None, started=began, ended=time.time(),
                               error=f"{type(error).__name__}: {error}")
         if outcome.harness_error is not None:
             # The node's disk, not the harness's: it fails this run only, never the night.

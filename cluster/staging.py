@@ -3,8 +3,8 @@
 A job names folders as the harness's machine sees them (its snapshot, its data, the mounts of
 the user's data folder, its run folder, and whatever a later `RunSpec` adds). A cluster whose
 nodes see another filesystem runs the same job with those paths translated, and translates the
-`Outcome` back. `relocate` is the one function that does it: it walks any dataclass (a Job, an
-Outcome, a RunSpec nested in either, tuples and dicts of them) and replaces every `Path` in
+`JobOutcome` back. `relocate` is the one function that does it: it walks any dataclass (a Job, an
+JobOutcome, a RunSpec nested in either, tuples and dicts of them) and replaces every `Path` in
 it, so a field added to a job later is moved too, without code here knowing its name.
 
 A `Relocation` says where: a table of folder prefixes, the longest matching one wins. What a

@@ -38,10 +38,11 @@ from typing import Any
 
 from sandbox import held_out, workdir
 from sandbox.held_out import Cover
-from sandbox.image import DEFAULT_TAG, SANDBOX_UID, ImageError, image_mode, python_prefixes, runtime_mounts
+from sandbox.image import DEFAULT_TAG, SANDBOX_UID, ImageError, ImageMode, image_mode, python_prefixes, runtime_mounts
 from sandbox.tripwire import Laid, open_tripwires
 from sandbox.outcome import CappedLog, run_result, utc_now
-from sandbox.protocol import OnOutput, Runner, RunInterrupted, RunResult, RunSpec, SandboxUnavailable
+from sandbox.protocol import (OnOutput, Runner, RunInterrupted, RunResult, RunSpec, SandboxUnavailable,
+                             WorkdirMode)
 
 LABEL_RUN = "nightshift.run"
 LABEL_HOST = "nightshift.harness-host"
@@ -146,7 +147,7 @@ class DockerRunner(Runner):
         try:
             image = self.image_info()
             return {"backend": self.name, "image": self.image, "image_id": image.id,
-                    "image_mode": image_mode(image.labels),
+                    "image_mode": image_mode(image.labels).value,
                     "engine": self.client().version().get("Version")}
         except SandboxUnavailable as exc:
             return {"backend": self.name, "image": self.image, "unavailable": str(exc)}
@@ -175,7 +176,7 @@ class DockerRunner(Runner):
                 workdir.hand_over(work, SANDBOX_UID)
         elif spec.mounts:
             raise ValueError("RunSpec.mounts need writable_workdir (harness bug)")
-        python = spec.python if mode == "host" else None   # a self-contained image has its own
+        python = spec.python if mode == ImageMode.HOST else None   # a self-contained image has its own
         # Hidden splits and the held-out bytes' sources: a watched stand-in bound over each
         # (only the mounts are visible in a container, so other runs' folders and other data
         # folders need no hiding here).
@@ -223,7 +224,7 @@ class DockerRunner(Runner):
             peak_memory_mb=peak, backend=self.name, started_at=started_at,
             sandbox={
                 "image": self.image, "image_id": image.id,
-                "image_digests": image.attrs.get("RepoDigests") or [], "image_mode": mode,
+                "image_digests": image.attrs.get("RepoDigests") or [], "image_mode": mode.value,
                 "mounts": [m.as_dict() for m in host_mounts], "container": f"nightshift-{run_label}",
                 "container_deadline_s": math.ceil(spec.deadline_s + self.container_margin_s),
                 "run_label": f"{LABEL_RUN}={run_label}", "user": user,
@@ -231,7 +232,7 @@ class DockerRunner(Runner):
                 "read_only_root": True, "gpu": spec.limits.gpu,
                 "oom_killed": bool(state.get("OOMKilled")),
                 "peak_memory": "cgroup memory max_usage, sampled every 0.5 s" if peak is not None else None,
-                "workdir": "copy" if work else "read-only",
+                "workdir": (WorkdirMode.COPY if work else WorkdirMode.READ_ONLY).value,
                 "python": python or "the image's python (first on its PATH)",
             }, written=written, work_dir=work, hidden_read=hidden_read, hidden_enforced=hidden_enforced)
         if isinstance(interrupted, KeyboardInterrupt):   # as LocalRunner: the loop records it
@@ -292,15 +293,15 @@ class DockerRunner(Runner):
         os.lchown(out_dir, 0, 0)
 
     @staticmethod
-    def _env(spec: RunSpec, mode: str) -> dict[str, str]:
+    def _env(spec: RunSpec, mode: ImageMode) -> dict[str, str]:
         env = {**spec.protocol_env(out=OUT, data=DATA, train_out=TRAIN_OUT), "HOME": "/tmp", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
                "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"}
-        if mode == "host":   # the host's interpreter first, as on the host
+        if mode == ImageMode.HOST:   # the host's interpreter first, as on the host
             bins = [f"{prefix}/bin" for prefix in python_prefixes()]
             env["PATH"] = ":".join(bins + ["/usr/local/bin", "/usr/bin", "/bin"])
         return env
 
-    def _held_out_covers(self, spec: RunSpec, image: Any, mode: str, host_mounts: list) -> list[Cover]:
+    def _held_out_covers(self, spec: RunSpec, image: Any, mode: ImageMode, host_mounts: list) -> list[Cover]:
         """Where the held-out bytes lie inside the container: in a host-mode image, this
         machine's copies under what it mounts (at the same paths); in a self-contained one,
         the held-out units of the image's own standard library, listed once per image by
@@ -308,7 +309,7 @@ class DockerRunner(Runner):
         units, paths = list(spec.held_out.units), list(spec.held_out.paths)
         if not units and not paths:
             return []
-        if mode == "host":
+        if mode == ImageMode.HOST:
             seen = [m.target for m in host_mounts]
             return [c for c in held_out.covers(units, paths)
                     if any(c.target == t or c.target.startswith(t.rstrip("/") + "/") for t in seen)]

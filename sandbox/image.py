@@ -20,6 +20,7 @@ CLI: `python -m sandbox.image build [--tag nightshift:latest] [--mode host|rootf
 from __future__ import annotations
 
 import argparse
+import enum
 import io
 import json
 import os
@@ -32,7 +33,20 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_TAG = "nightshift:latest"
-MODES = ("host", "rootfs", "dockerfile")
+
+
+class ImageMode(str, enum.Enum):
+    """How the image was built (its `org.nightshift.mode` label; see the module docstring)."""
+
+    HOST = "host"
+    ROOTFS = "rootfs"
+    DOCKERFILE = "dockerfile"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+MODES = tuple(mode.value for mode in ImageMode)
 LABEL_MODE = "org.nightshift.mode"
 LABEL_PREFIXES = "org.nightshift.python-prefixes"   # JSON list, host mode only
 LABEL_PYTHON = "org.nightshift.python"              # the interpreter it carries, host mode only
@@ -62,10 +76,13 @@ class ImageError(RuntimeError):
 
 # -- what a run needs ------------------------------------------------------------------------
 
-def image_mode(labels: dict[str, str] | None) -> str:
-    """The image's build mode from its labels; images we did not build count as `dockerfile`
-    (self-contained: nothing from the host is mounted)."""
-    return (labels or {}).get(LABEL_MODE, "dockerfile")
+def image_mode(labels: dict[str, str] | None) -> ImageMode:
+    """The image's build mode from its labels; images we did not build (or a label we do not
+    know) count as `dockerfile` (self-contained: nothing from the host is mounted)."""
+    try:
+        return ImageMode((labels or {}).get(LABEL_MODE, ImageMode.DOCKERFILE))
+    except ValueError:
+        return ImageMode.DOCKERFILE
 
 
 def runtime_mounts(labels: dict[str, str] | None, python: list[str] | None = None) -> list[Mount]:
@@ -80,7 +97,7 @@ def runtime_mounts(labels: dict[str, str] | None, python: list[str] | None = Non
     whose bin/ the run's PATH names: an image built from another virtualenv would mount
     that environment while PATH points at this one, and the run would fall through to the
     system's `python` without its packages. That is refused, saying how to rebuild."""
-    if image_mode(labels) != "host":
+    if image_mode(labels) != ImageMode.HOST:
         return []
     labels = labels or {}
     prefixes = json.loads(labels.get(LABEL_PREFIXES, "[]"))
@@ -166,8 +183,8 @@ def host_rootfs_tar() -> bytes:
     return buf.getvalue()
 
 
-def _changes(mode: str, extra_labels: dict[str, str] | None = None) -> list[str]:
-    labels = {LABEL_MODE: mode, **(extra_labels or {})}
+def _changes(mode: ImageMode, extra_labels: dict[str, str] | None = None) -> list[str]:
+    labels = {LABEL_MODE: mode.value, **(extra_labels or {})}
     label_args = " ".join(f"{key}={json.dumps(value)}" for key, value in labels.items())
     return [f"USER {SANDBOX_UID}:{SANDBOX_UID}", "WORKDIR /snapshot",
             "ENV LANG=C.UTF-8", f"LABEL {label_args}"]
@@ -180,7 +197,7 @@ def build_host_image(client: Any, tag: str = DEFAULT_TAG) -> str:
     labels = {LABEL_PREFIXES: json.dumps(python_prefixes()), LABEL_PYTHON: python_executable()}
     repository, _, version = tag.partition(":")
     client.api.import_image_from_data(host_rootfs_tar(), repository=repository,
-                                      tag=version or "latest", changes=_changes("host", labels))
+                                      tag=version or "latest", changes=_changes(ImageMode.HOST, labels))
     return client.images.get(tag).id
 
 
@@ -200,7 +217,7 @@ def build_rootfs_image(client: Any, rootfs: Path, tag: str = DEFAULT_TAG) -> str
         data = rootfs.read_bytes()
     repository, _, version = tag.partition(":")
     client.api.import_image_from_data(data, repository=repository, tag=version or "latest",
-                                      changes=_changes("rootfs"))
+                                      changes=_changes(ImageMode.ROOTFS))
     return client.images.get(tag).id
 
 
@@ -221,19 +238,19 @@ def build_dockerfile_image(client: Any, tag: str = DEFAULT_TAG, base: str | None
     return image.id
 
 
-def build(mode: str, tag: str = DEFAULT_TAG, *, rootfs: Path | None = None,
+def build(mode: ImageMode | str, tag: str = DEFAULT_TAG, *, rootfs: Path | None = None,
           base: str | None = None, client: Any = None) -> str:
     """Build the sandbox image in `mode`; returns the image id."""
     import docker  # only here: importing this module must not need the SDK
 
     client = client or docker.from_env()
-    if mode == "host":
+    if mode == ImageMode.HOST:
         return build_host_image(client, tag)
-    if mode == "rootfs":
+    if mode == ImageMode.ROOTFS:
         if rootfs is None:
             raise ImageError("--mode rootfs needs --rootfs DIR_OR_TARBALL")
         return build_rootfs_image(client, rootfs, tag)
-    if mode == "dockerfile":
+    if mode == ImageMode.DOCKERFILE:
         return build_dockerfile_image(client, tag, base)
     raise ImageError(f"unknown image mode {mode!r}; choose one of {', '.join(MODES)}")
 
@@ -244,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="build the image")
     b.add_argument("--tag", default=DEFAULT_TAG)
-    b.add_argument("--mode", choices=MODES, default="host",
+    b.add_argument("--mode", choices=MODES, default=ImageMode.HOST.value,
                    help="host: offline, mounts the host's Python (CI, no registry); "
                         "dockerfile: docker build from sandbox/Dockerfile (GPU boxes); "
                         "rootfs: import a prepared root filesystem offline")

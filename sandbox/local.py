@@ -45,7 +45,8 @@ from typing import Any
 from sandbox import held_out, workdir
 from sandbox.isolation import CONFINE_SCRIPT, Isolation, RunCgroup, detect
 from sandbox.outcome import CappedLog, run_result, utc_now
-from sandbox.protocol import OnOutput, Runner, RunInterrupted, RunResult, RunSpec, SandboxUnavailable
+from sandbox.protocol import (OnOutput, Runner, RunInterrupted, RunResult, RunSpec, SandboxUnavailable,
+                             WorkdirMode)
 from sandbox.tripwire import open_tripwires
 
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -90,13 +91,13 @@ class LocalRunner(Runner):
             folder.mkdir(parents=True, exist_ok=True)
         mode = self.workdir_mode(spec)
         cwd = spec.snapshot_dir
-        if mode == "copy":
+        if mode == WorkdirMode.COPY:
             cwd = workdir.make_copy(spec.snapshot_dir, run_dir, spec.mounts,
                                     link_mounts=not (iso.read_only_root and iso.unshare_argv(False)))
-        layers = workdir.overlay_layers(run_dir) if mode == "overlay" else None
+        layers = workdir.overlay_layers(run_dir) if mode == WorkdirMode.OVERLAY else None
         log = CappedLog(run_dir / "log.txt", spec.log_cap_bytes, on_output)
         cgroup, memory_by = self._make_cgroup(iso, run_id, spec)
-        writable = (spec.out_dir, home, tmp) + ((cwd,) if mode == "copy" else ())
+        writable = (spec.out_dir, home, tmp) + ((cwd,) if mode == WorkdirMode.COPY else ())
         wires, hidden_enforced = open_tripwires(
             run_dir, spec.data_dir, spec.hidden,
             None if iso.read_only_root and iso.unshare_argv(False) else "no mount namespace here",
@@ -134,31 +135,33 @@ class LocalRunner(Runner):
         for folder in (home, tmp):
             shutil.rmtree(folder, ignore_errors=True)
         written = {}
-        if mode == "overlay":
+        if mode == WorkdirMode.OVERLAY:
             written = workdir.finish_overlay(run_dir)
-        elif mode == "copy":
+        elif mode == WorkdirMode.COPY:
             written = workdir.finish_copy(spec.snapshot_dir, run_dir, spec.mounts)
         result = run_result(
             spec, log, exit_code=watch.exit_code, timed_out=watch.timed_out, oom_killed=oom,
             interrupted=interrupted is not None or watch.stopped, duration_s=duration,
             peak_memory_mb=round(max(peaks), 1) if peaks else None, backend=self.name, started_at=started_at,
-            sandbox={**_run_facts(iso, spec, memory_by, cgroup), "run_id": run_id, "workdir": mode,
+            sandbox={**_run_facts(iso, spec, memory_by, cgroup), "run_id": run_id, "workdir": mode.value,
                      "stray_processes_killed": strays},
-            written=written, work_dir=workdir.work_dir(run_dir) if mode != "read-only" else None,
+            written=written, work_dir=workdir.work_dir(run_dir) if mode != WorkdirMode.READ_ONLY else None,
             hidden_read=hidden_read, hidden_enforced=hidden_enforced)
         if interrupted is not None:
             raise RunInterrupted(result) from interrupted
         return result
 
-    def workdir_mode(self, spec: RunSpec) -> str:
-        """How this run's working directory is made: "read-only" (the snapshot itself),
-        "overlay" (a private overlayfs in the run's mount namespace) or "copy"."""
+    def workdir_mode(self, spec: RunSpec) -> WorkdirMode:
+        """How this run's working directory is made: read-only (the snapshot itself), a
+        private overlay (when the namespaces allow one) or a private copy."""
         if not spec.writable_workdir:
             if spec.mounts:
                 raise ValueError("RunSpec.mounts need writable_workdir (harness bug)")
-            return "read-only"
+            return WorkdirMode.READ_ONLY
         iso = self.isolation
-        return "overlay" if iso.overlay and iso.read_only_root and iso.unshare_argv(False) else "copy"
+        if iso.overlay and iso.read_only_root and iso.unshare_argv(False):
+            return WorkdirMode.OVERLAY
+        return WorkdirMode.COPY
 
     @staticmethod
     def _make_cgroup(iso: Isolation, run_id: str, spec: RunSpec) -> tuple[RunCgroup | None, str | None]:

@@ -67,6 +67,17 @@ class Status(str, enum.Enum):
         return self.value
 
 
+class WorkdirMode(str, enum.Enum):
+    """How a run's working directory is made (recorded as `sandbox["workdir"]`)."""
+
+    READ_ONLY = "read-only"   # the snapshot itself
+    OVERLAY = "overlay"       # a private overlayfs in the run's mount namespace
+    COPY = "copy"             # a private copy of the snapshot
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @dataclass(frozen=True)
 class Limits:
     """Resource limits for one run. None means "no limit from us"."""

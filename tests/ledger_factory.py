@@ -18,6 +18,7 @@ from agent.record.events import (Decision, DecisionMade, ExperimentInvalid, Expe
                                  LoopStarted, LoopStopped, Prediction, ReplayCommit, ReplaySummary,
                                  RunFinished, RunStarted, Usage, Verdict)
 from agent.record.ledger import Ledger
+from agent.record.records import Direction
 from sandbox import Status
 
 ENV = {"python": "3.11.7", "torch": "2.13.0+cpu", "numpy": "2.4.6", "cuda": None, "cudnn": None,
@@ -129,7 +130,7 @@ def _write_night(results_dir: Path, experiments: int, seed: int, crashes_only: b
         decision = Decision(verdict=verdict, effect=effect, interval=(effect - half, effect + half),
                             p_value=min(1.0, max(1e-4, 0.5 - effect / (4 * noise))),
                             seeds=tuple(seeds), candidate_values=values, rule="sequential")
-        score = score_prediction(prediction, decision, "minimize")
+        score = score_prediction(prediction, decision, Direction.MINIMIZE)
         ledger.append(DecisionMade(id=eid, commit=commit, incumbent=incumbent, verdict=verdict,
                                    decision=decision, reason=f"{verdict}: effect {effect:+.4f}",
                                    score=score))

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from agent.record.records import Direction
 from agent.researchers.settings import ClaudeSettings, OpenAISettings, Prices
 from agent.program import (FullScale, Program, ProgramError, ResourceLimits, SeedPlan,
                            load_program, parse_duration, parse_memory, parse_program)
@@ -58,7 +59,7 @@ def test_a_file_without_front_matter_is_all_prose_and_all_defaults(tmp_path):
     assert program.protected == ("train/prepare.py", "train/evaluate.py", "train/artifact.py", "train/schema.py", "train/guard.py")
     assert program.prepare == "python train/prepare.py"
     assert (program.evaluate, program.edits, program.report_tolerance) == ("python train/evaluate.py", "free", 0.05)
-    assert (program.metric, program.direction) == ("val_bpb", "minimize")
+    assert (program.metric, program.direction) == ("val_bpb", Direction.MINIMIZE)
     assert (program.budget_s, program.grace_s, program.alpha, program.min_effect) == (60.0, 60.0, 0.04, 0.0)
     assert program.seeds == SeedPlan(baseline=2, screen=1, max=8)
     assert program.full_scale == FullScale(budget_s=600.0, seeds=5)
@@ -124,7 +125,8 @@ Do research.
     assert program.target == "src/model.py"
     assert program.protected == ("data/prep.py", "eval.py")
     assert program.prepare is None
-    assert (program.metric, program.direction) == ("accuracy", "maximize")
+    assert (program.metric, program.direction) == ("accuracy", Direction.MAXIMIZE)
+    assert program.direction is Direction.MAXIMIZE and program.to_dict()["direction"] == "maximize"
     assert (program.budget_s, program.grace_s) == (90.0, 10.0)
     assert program.seeds == SeedPlan(baseline=3, screen=2, max=8)
     assert (program.alpha, program.min_effect) == (0.01, 0.002)

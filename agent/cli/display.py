@@ -13,7 +13,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from agent.decide.decision import pooled_sd
-from agent.record.events import DecisionMade, LoopStarted, Role, RunFinished, Usage, Verdict
+from agent.record.events import DecisionMade, Direction, LoopStarted, Role, RunFinished, Usage, Verdict
 from agent.record.ledger import read_events
 from agent.record.state import LoopState, fold
 from agent.record.views import early_stops, queue_time, timeline_text, utilisation
@@ -133,7 +133,7 @@ def mean_sd(values: list[float]) -> str:
     return f"{statistics.fmean(values):.4f}{spread} (n={len(values)})"
 
 
-def incumbent_line(state: LoopState, metric: str, direction: str = "minimize") -> str | None:
+def incumbent_line(state: LoopState, metric: str, direction: Direction = Direction.MINIMIZE) -> str | None:
     """The incumbent at its fresh-seed value, or "not yet measured" (never the mean of the
     runs that selected it, which the winner's curse flatters; that one is labelled: biased
     low for a metric minimized, high for one maximized)."""
@@ -147,7 +147,7 @@ def incumbent_line(state: LoopState, metric: str, direction: str = "minimize") -
     else:
         line = f"{head}  {metric} not yet measured on fresh seeds"
     if kept is not None and kept.mean() is not None:
-        toward = "low" if direction == "minimize" else "high"
+        toward = "low" if Direction(direction).lower_is_better else "high"
         line += f"; selection mean {kept.mean():.4f} over {len(kept.values())} seeds (biased {toward} by selection)"
     elif state.incumbent == state.base_commit:
         line += " (the baseline)"
@@ -193,7 +193,7 @@ def _measured_against(decided: DecisionMade | None) -> str:
 
 
 def print_status(console: Console, folder: Path, metric: str, state: LoopState | None = None,
-                 direction: str = "minimize") -> None:
+                 direction: Direction = Direction.MINIMIZE) -> None:
     """Experiments, keeps, baseline and incumbent with their spread, noise, predictions,
     cost and the runs in flight (interrupted, when no loop holds the tag), then the last
     experiments as a table."""

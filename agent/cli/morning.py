@@ -9,7 +9,7 @@ from rich.markup import escape
 
 from agent.cli.common import ProgramOpt, console, err, existing_loop, fail, load
 from agent.program import Program
-from agent.record.events import ExitCode, ReplayCommit, ReplayRun, ReplaySummary
+from agent.record.events import ChangeStatus, ExitCode, ReplayCommit, ReplayRun, ReplaySummary
 
 
 def _tag_dir(program: Program, tag: Optional[str]) -> tuple[str, Path]:
@@ -205,7 +205,7 @@ def ablate(
                   f"{len(runnable)} variants x {count} seeds at {budget_s:g}s "
                   f"(seeds {settings.seeds[0]}..{settings.seeds[-1]}, never used by the night)")
     for variant in variants:
-        if variant.status != "planned":
+        if variant.status != ChangeStatus.PLANNED:
             console.print(f"  [yellow]{variant.name} {variant.status}[/yellow]: {variant.reason}")
     try:
         summary = assembled.ablator.ablate(variants, settings)
@@ -236,7 +236,7 @@ def _print_ablation(events: list[Any], summary: Any, metric: str) -> None:
                   f"{summary.level:.0%} intervals, paired on {len(summary.seeds)} seeds)")
     for change in (e for e in events if isinstance(e, AblationChange)):
         head = f"{change.experiment} {change.commit[:8]}  {change.description[:60]}"
-        if change.status != "measured":
+        if change.status != ChangeStatus.MEASURED:
             console.print(f"  {head}\n    [yellow]{change.status}[/yellow]: {change.reason}")
             continue
         matters = _matters(change.interval)

@@ -20,11 +20,12 @@ from dataclasses import dataclass, field
 from typing import Hashable, Mapping
 
 from agent.record.events import Decision, Verdict
+from agent.record.records import Direction
 
 
 @dataclass(frozen=True)
 class Evidence:
-    direction: str                        # "minimize" | "maximize"
+    direction: Direction                  # a str is taken too, and made a Direction
     candidate: dict[int, float]           # seed -> metric of the candidate
     reference: dict[int, float]           # seed -> metric of the incumbent, fresh runs only
     noise_sd: float | None = None         # pooled seed-to-seed sd from earlier commits
@@ -42,11 +43,12 @@ class Evidence:
                                           # place in the night's runs, from the ledger; empty:
                                           # not known, every reference run counts alike)
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "direction", Direction(self.direction))
+
     def improvement(self, candidate_value: float, reference_value: float) -> float:
         """Signed improvement, positive = better, in metric units."""
-        if self.direction == "minimize":
-            return reference_value - candidate_value
-        return candidate_value - reference_value
+        return self.direction.improvement(candidate_value, reference_value)
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ night add up (calibration) is a view of the record: `agent.record.state.calibrat
 """
 from __future__ import annotations
 
-from agent.record.events import Decision, Prediction, Score
+from agent.record.events import Decision, Direction, Prediction, Score
 
 
 def measured_direction(interval: tuple[float, float] | None, effect: float) -> str:
@@ -23,12 +23,12 @@ def measured_direction(interval: tuple[float, float] | None, effect: float) -> s
 
 
 def score_prediction(prediction: Prediction | None, decision: Decision | None,
-                     direction: str) -> Score | None:
+                     direction: Direction) -> Score | None:
     """Score one prediction; None when there is nothing to score (no prediction, no effect)."""
     if prediction is None or decision is None or decision.effect is None:
         return None
     effect = float(decision.effect)
-    delta = -effect if direction == "minimize" else effect
+    delta = Direction(direction).sign * effect
     lo, hi = prediction.interval
     seen = measured_direction(decision.interval, effect)
     return Score(

@@ -418,7 +418,7 @@ class SequentialRule(DecisionRule):
         # of the t quantile would pay for the spread's uncertainty twice).
         share = max(conservative, estimate.point_share) if night.regime == "paired" else conservative
         ref_level, cand_level, diff, sd_diff = gls_difference(candidate, reference, share)
-        effect = diff if evidence.direction == "minimize" else -diff
+        effect = -evidence.direction.sign * diff   # diff is ref − cand
         dof = min(estimate.dof, estimate.pair_dof) if share > 0 else estimate.dof
         looks = self.looks_taken(evidence.looks, len(seeds))
         k = len(looks) - 1

@@ -35,7 +35,7 @@ from agent.decide.early_stop import (CannotPair, EarlyStopSettings, FinishedPair
                                      judge)
 from agent.night.in_flight import InFlight
 from agent.record.curves import Curve, mean_curve
-from agent.record.events import (Decision, Role, RunFinished, RunStarted, RunStoppedEarly,
+from agent.record.events import (Decision, Direction, Role, RunFinished, RunStarted, RunStoppedEarly,
                                  RunUnpaired, Verdict)
 from agent.record.state import Experiment, LoopState
 
@@ -52,9 +52,9 @@ class Partner:
 
 
 class EarlyStopping:
-    def __init__(self, settings: EarlyStopSettings, rule: DecisionRule, direction: str,
+    def __init__(self, settings: EarlyStopSettings, rule: DecisionRule, direction: Direction,
                  prior: Prior = PRIOR) -> None:
-        self.settings, self.rule, self.direction, self.prior = settings, rule, direction, prior
+        self.settings, self.rule, self.direction, self.prior = settings, rule, Direction(direction), prior
         self._judged: dict[str, int] = {}      # run_id -> checkpoints judged so far
         self._done: set[str] = set()           # runs never judged again (unpaired, stopped)
         self._pairs: tuple[int, list[FinishedPair]] = (-1, [])
@@ -112,7 +112,7 @@ class EarlyStopping:
         def loses(gain: float) -> bool:
             if partner.final is None:
                 return False
-            value = partner.final - gain if self.direction == "minimize" else partner.final + gain
+            value = partner.final + self.direction.sign * gain
             step = self.rule.next(evidence(experiment, {**values, run.seed: value}))
             return isinstance(step, Decision) and step.verdict == Verdict.DISCARD
 
@@ -224,7 +224,7 @@ class EarlyStopping:
 def finished_pairs(stopping: EarlyStopping, state: LoopState) -> list[FinishedPair]:
     """Every candidate run that ended OK with a curve, against its incumbent's (as `partner`
     says), in the order they finished."""
-    sign = 1.0 if stopping.direction == "minimize" else -1.0
+    sign = -stopping.direction.sign
     pairs = []
     for run in state.runs:
         experiment = state.experiments.get(run.experiment or "")

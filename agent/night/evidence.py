@@ -5,12 +5,12 @@ from __future__ import annotations
 from agent.decide.decision import DecisionRule, Evidence, RunMore, pooled_sd
 from agent.decide.integrity import Flag, judge_experiment
 from agent.program import Program
-from agent.record.events import Role
+from agent.record.events import Direction, Role
 from agent.record.state import Experiment, LoopState
 from agent.run.budget import judge_budget
 
 
-def evidence_for(state: LoopState, experiment: Experiment, direction: str, workers: int,
+def evidence_for(state: LoopState, experiment: Experiment, direction: Direction, workers: int,
                  candidate: dict[int, float] | None = None) -> Evidence:
     """The keep rule's evidence on `experiment` (`candidate`: values to judge instead of its
     own, for early stopping's "would a run ending there lose?")."""

@@ -55,7 +55,7 @@ from agent.record.state import Experiment, LoopState
 from agent.record.views import TsvWriter
 from agent.researchers import Outcome, ResearchContext, Researcher, ResearcherError
 from agent.workspace.repo import Workspace, WorkspaceError
-from cluster.protocol import Dispatched, OnDispatched, OnDone, Outcome as RunOutcome, Workers
+from cluster.protocol import Dispatched, OnDispatched, OnDone, JobOutcome, Workers
 from sandbox import Status
 
 __all__ = ["LoopError", "ResearchLoop", "StopRules"]
@@ -279,7 +279,7 @@ class ResearchLoop:
                                         queued_s=news.queued_s))
         self.observer.dispatched(news)
 
-    def _finished(self, outcome: RunOutcome, deciding: bool = True) -> None:
+    def _finished(self, outcome: JobOutcome, deciding: bool = True) -> None:
         if outcome.run_id not in self.flight:
             return   # reported twice (a backend's retry): the first report stands
         job, curve = self.flight.landed(outcome.run_id)
@@ -291,7 +291,7 @@ class ResearchLoop:
             self.ledger.append(unpaired)
         self.observer.run_finished(run)
         self.flight.drop_unused()
-        if not deciding or run.status.value == "interrupted":
+        if not deciding or run.status == Status.INTERRUPTED:
             return
         if run.role == Role.CANDIDATE and not run.ok:
             experiment = self.state.experiments.get(run.experiment or "")
@@ -381,7 +381,7 @@ class ResearchLoop:
         self.observer.decided(event)
         delta = None
         if decision is not None and decision.effect is not None:
-            delta = -decision.effect if self.program.direction == "minimize" else decision.effect
+            delta = self.program.direction.sign * decision.effect   # candidate − incumbent
         self.proposals.observe(experiment, Outcome(
             experiment_id=experiment.id, verdict=verdict, measured_delta=delta,
             candidate_mean=experiment.mean(), reason=reason,

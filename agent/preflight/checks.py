@@ -27,6 +27,7 @@ from agent.run.budget import judge_budget, reported_steps, step_count_of
 from agent.run.outputs import human_bytes
 from agent.run.seeding import observe_seeding
 from agent.target.overrides import StepCount
+from sandbox import Status
 
 @dataclass(frozen=True)
 class Check:
@@ -118,8 +119,8 @@ def judge_runs(verdict: Checklist, runs: list[RunFinished], program: Program, re
         return
     metric = program.metric
     ok = [r for r in runs if r.ok and r.metric is not None]
-    failed = [r for r in runs if not r.ok and r.status.value != "timeout"]
-    killed = [r for r in runs if r.status.value == "timeout"]
+    failed = [r for r in runs if not r.ok and r.status != Status.TIMEOUT]
+    killed = [r for r in runs if r.status == Status.TIMEOUT]
     if killed and not failed and not ok:
         verdict.add("metric found", None, f"not known: seed {killed[0].seed} was killed at budget + "
                     f"grace before it reported (see budget respected)")
@@ -147,7 +148,7 @@ def judge_runs(verdict: Checklist, runs: list[RunFinished], program: Program, re
                                       and (s := reported_steps(p.metrics)) is not None]))
               for r in timed]
     over = [(r, j) for r, j in judged if j.kind == "over_budget"]
-    timeouts = [r for r in runs if r.status.value == "timeout"]
+    timeouts = [r for r in runs if r.status == Status.TIMEOUT]
     if timeouts:
         seen = f"; {stopped.sentence}" if stopped is not None and stopped.killed else ""
         verdict.add("budget respected", False, f"seed {timeouts[0].seed} was still running past "
@@ -169,8 +170,8 @@ def judge_runs(verdict: Checklist, runs: list[RunFinished], program: Program, re
 
 def _judge_writes(verdict: Checklist, runs: list[RunFinished], program: Program, results_dir: Path) -> None:
     records = [read_provenance(results_dir / Path(r.provenance).parent) for r in runs if r.provenance]
-    outputs = [rec.get("outputs") for rec in records if rec and rec.get("outputs")]
-    tampered = [r for r in runs if r.status.value == "tampered"]
+    outputs = [rec.outputs for rec in records if rec is not None and rec.outputs]
+    tampered = [r for r in runs if r.status == Status.TAMPERED]
     if tampered:
         verdict.add("nothing written outside the allowed places", False, tampered[0].reason,
                     "the script must not change protected files or the data folder; write "
@@ -207,16 +208,16 @@ def _listing(files: Mapping[str, int], limit: int = 4) -> str:
 
 
 def _fix_for(run: RunFinished, results_dir: Path, budget: str = BUDGET_FIX) -> str:
-    status = run.status.value
+    status = run.status
     log = f"read {results_dir / run.log}" if run.log else "read the run's log"
-    if status == "no_metric":
+    if status == Status.NO_METRIC:
         return ("report the metric: write it to $NIGHTSHIFT_OUT/result.json, print `---` then "
                 "`metric: value`, or set metric_pattern to a regex whose one group captures it "
                 f"({log})")
-    if status == "crash" and "No module named" in run.reason:
+    if status == Status.CRASH and "No module named" in run.reason:
         return ("install the module for the interpreter the runs use (python in command is "
                 f"Nightshift's own; see the interpreter line), or give an absolute path ({log})")
-    if status == "timeout":
+    if status == Status.TIMEOUT:
         return budget
     return f"{log}; fix the script or the command, then check again"
 

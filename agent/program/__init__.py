@@ -29,6 +29,7 @@ from agent.decide.early_stop import EarlyStopSettings
 from agent.program import values as v
 from agent.program.frontmatter import ProgramError, compose, decode, line_of, split
 from agent.program.values import MAX_SEEDS, Parser, parse_duration, parse_memory  # noqa: F401 (public)
+from agent.record.records import Direction
 from agent.researchers import settings as llm
 from agent.researchers.registry import RESEARCHER_NAMES, resolve_researcher_name
 from agent.target.knobs import DeclaredKnobError, KnobError, find_knobs
@@ -75,7 +76,7 @@ class Program:
     knobs: dict[str, str] = field(default_factory=dict)  # name in the target -> search space
     data: str | None = None             # a folder of the repository, mounted read-only there in runs
     keep: tuple[str, ...] | None = None  # globs of run outputs to keep; None: result.json + small files
-    direction: str = "minimize"
+    direction: Direction = Direction.MINIMIZE
     budget_s: float = 60.0        # YAML `budget`
     grace_s: float = 60.0         # YAML `grace`: startup + final evaluation past the budget
     seeds: SeedPlan = field(default_factory=SeedPlan)
@@ -101,11 +102,14 @@ class Program:
     # so checks made later (agent/preflight/check.py) name the line as parse errors do
     locations: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "direction", Direction(self.direction))   # a str given in code
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe, attribute names as keys (budget_s, not budget), for the ledger."""
         data = dataclasses.asdict(self)
         data.pop("locations")
-        data.update(path=str(self.path), root=str(self.root), protected=list(self.protected),
+        data.update(path=str(self.path), root=str(self.root), direction=self.direction.value, protected=list(self.protected),
                     keep=None if self.keep is None else list(self.keep))
         return data
 
@@ -244,7 +248,7 @@ _FIELDS: dict[str, tuple[str, Parser]] = {
     "knobs": ("knobs", v.knob_spaces),
     "data": ("data", v.optional(v.relative_path)),
     "keep": ("keep", v.globs),
-    "direction": ("direction", v.choice("minimize", "maximize")),
+    "direction": ("direction", lambda x: Direction(v.choice(*(d.value for d in Direction))(x))),
     "budget": ("budget_s", v.budget),
     "grace": ("grace_s", parse_duration),
     "seeds": ("seeds", lambda v: _seed_plan(v if isinstance(v, dict) or v is None else {"max": v})),

@@ -27,7 +27,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from agent.record.events import RunFinished, Verdict
+from agent.record.events import Direction, Role, RunFinished, Verdict
 from agent.record.state import Experiment, LoopState
 
 CHUNK = 50                 # experiments per closed history chunk
@@ -43,7 +43,7 @@ class EvaluationPlan:
     """What program.md says about the test a candidate must pass."""
 
     metric: str
-    direction: str
+    direction: Direction
     budget_s: float
     seeds_baseline: int
     seeds_screen: int
@@ -56,6 +56,9 @@ class EvaluationPlan:
     early_stop: tuple[float, ...] = ()   # checkpoints where a losing run may be stopped (none: off)
     target: str = ""
     fixed: tuple[str, ...] = ()   # lines of the target a command flag overrides: "batch_size (line 18) by --batch_size=12"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "direction", Direction(self.direction))
 
 
 @dataclass(frozen=True)
@@ -77,12 +80,12 @@ def _signed(value: float) -> str:
     return f"{value:+.4f}" if abs(value) >= 1e-4 or value == 0 else f"{value:+.2e}"
 
 
-def _delta(experiment: Experiment, direction: str) -> tuple[float, tuple[float, float] | None] | None:
+def _delta(experiment: Experiment, direction: Direction) -> tuple[float, tuple[float, float] | None] | None:
     """The measured effect as candidate − incumbent (the prediction's convention), with its interval."""
     decision = experiment.decision.decision if experiment.decision else None
     if decision is None or decision.effect is None:
         return None
-    sign = -1.0 if direction == "minimize" else 1.0
+    sign = Direction(direction).sign
     interval = None
     if decision.interval is not None:
         lo, hi = sorted((sign * decision.interval[0], sign * decision.interval[1]))
@@ -90,14 +93,14 @@ def _delta(experiment: Experiment, direction: str) -> tuple[float, tuple[float, 
     return sign * decision.effect, interval
 
 
-def experiment_line(experiment: Experiment, direction: str, compact: bool = False) -> str:
+def experiment_line(experiment: Experiment, direction: Direction, compact: bool = False) -> str:
     """One experiment in one line (see the module docstring)."""
     verdict = str(experiment.verdict or "running")
     parts = [f"{experiment.id} {verdict}"]
     stop = experiment.stopped_early
     if stop is not None and experiment.verdict == Verdict.DISCARD:
         # a discard stopped early: what its curve predicted, never read as a measurement
-        sign = -1.0 if direction == "minimize" else 1.0
+        sign = Direction(direction).sign
         lo, hi = sorted((sign * stop.interval[0], sign * stop.interval[1]))
         parts[0] += f" stopped early at {stop.checkpoint:.0%}"
         if not compact:
@@ -136,7 +139,7 @@ def experiment_line(experiment: Experiment, direction: str, compact: bool = Fals
 def _flagged(flagged: list[Experiment], plan: EvaluationPlan) -> str:
     """What was flagged and why, plainly, and the goal once more: not a warning, which the
     field reports make agents work around, but what counts."""
-    better = "lowest" if plan.direction == "minimize" else "highest"
+    better = Direction(plan.direction).best_word
     lines = [f"Flagged, not kept ({len(flagged)}): these changed how {plan.metric} was produced, "
              f"not how well the model learns:"]
     for experiment in flagged:
@@ -149,7 +152,7 @@ def _flagged(flagged: list[Experiment], plan: EvaluationPlan) -> str:
 
 
 def _setup(plan: EvaluationPlan, environment: Mapping[str, Any] | None, device: str | None) -> str:
-    better = "lower" if plan.direction == "minimize" else "higher"
+    better = Direction(plan.direction).better_word
     lines = [
         "The test a candidate must pass:",
         f"- each run trains for {plan.budget_s:g} s of wall clock (NIGHTSHIFT_BUDGET_S), then "
@@ -205,7 +208,7 @@ def _incumbent(state: LoopState, plan: EvaluationPlan, incumbent_runs: list[RunF
     if not incumbent:
         return "The incumbent has not been measured yet."
     reference = state.reference(incumbent)
-    runs = [r for r in incumbent_runs if r.role.value == "reference"]
+    runs = [r for r in incumbent_runs if r.role == Role.REFERENCE]
     kept_by = next((e for e in kept if e.commit == incumbent), None)
     origin = f"kept in {kept_by.id}: {kept_by.description[:80]}" if kept_by else "the base commit"
     lines = [f"The incumbent {incumbent[:8]} ({origin})."]

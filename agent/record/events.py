@@ -30,7 +30,7 @@ defaults given here, and a key a newer harness adds is ignored by an older one.
     ablation_summary    ablation_id, full_gain, sum of contributions, interaction, ...
 
 Records nested in events (`Prediction`, `Decision`, `Score`, `Usage`) and the vocabularies
-(`Verdict`, `Role`, `ExitCode`) live in agent/record/records.py and are re-exported here;
+(`Verdict`, `Role`, `Direction`, `ExitCode`) live in agent/record/records.py and are re-exported here;
 agent/record/codec.py turns any of them into JSON-safe data and back from the type hints, so
 a field added to an event is written and read without more code.
 """
@@ -42,13 +42,13 @@ from typing import Any, ClassVar, Mapping
 
 from agent.record.codec import decode, encode
 from agent.record.curves import Curve
-from agent.record.records import (Comparison, Decision, ExitCode, Prediction, PredictedDirection,
-                                  Probe, Role, Score, Usage, Verdict)
+from agent.record.records import (ChangeStatus, Comparison, Decision, Direction, ExitCode, Prediction,
+                                  PredictedDirection, Probe, Role, Score, TargetRole, Usage, Verdict)
 from sandbox import Status
 
 __all__ = [  # the records events carry are importable from here too: one place to look
-    "Comparison", "Decision", "ExitCode", "Prediction", "PredictedDirection", "Probe", "Role", "Score",
-    "Usage", "Verdict",
+    "ChangeStatus", "Comparison", "Decision", "Direction", "ExitCode", "Prediction", "PredictedDirection",
+    "Probe", "Role", "Score", "TargetRole", "Usage", "Verdict",
     "Event", "LoopFacts", "LoopStarted", "LoopResumed", "LoopStopped", "HypothesisQueued",
     "ExperimentFacts", "ExperimentProposed", "ExperimentInvalid", "ProposalRebased", "RunIdentity",
     "RunStarted", "RunQueued", "RunBegan", "RunFinished", "RunStoppedEarly", "RunUnpaired",
@@ -373,7 +373,7 @@ class ReplayRun(Replay):
 
     replay_kind: ClassVar[str] = "run"
     commit: str
-    target_role: str
+    target_role: TargetRole
     experiment: str | None = None
     seed: int
     budget_s: float
@@ -393,7 +393,7 @@ class ReplayCommit(Replay):
 
     replay_kind: ClassVar[str] = "commit"
     commit: str
-    target_role: str
+    target_role: TargetRole
     experiment: str | None = None
     parent: str | None = None
     budget_s: float
@@ -502,7 +502,7 @@ class AblationChange(Event):
     commit: str
     parent: str | None = None
     description: str = ""
-    status: str = "measured"
+    status: ChangeStatus = ChangeStatus.MEASURED
     reason: str = ""
     variant_commit: str | None = None
     values: dict[int, float] = field(default_factory=dict)     # the variant's, per seed

@@ -1,7 +1,8 @@
 """What it takes to reproduce a run: the environment and the run's own facts.
 
 `environment()` is measured once per process (importing torch is slow). The run executor
-(`agent.run.executor`) writes one `provenance.json` per run next to its result:
+(`agent.run.executor`) writes one `provenance.json` per run next to its result, a
+`Provenance` record:
 
     run_id, commit, parent, diff (git patch parent -> commit), target_digest {path: sha256},
     protected_digests {path: sha256}, seed, role, experiment, budget_s, grace_s, command,
@@ -30,11 +31,14 @@ import platform
 import socket
 import subprocess
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Mapping
+
+from agent.record.codec import decode, encode
+from agent.record.records import Role
 
 PROVENANCE_FILE = "provenance.json"
 
@@ -149,17 +153,65 @@ def determinism(seed: int, run_env: Mapping[str, str], *, seed_passed: str = "NI
     }
 
 
-def write_provenance(path: Path, record: dict[str, Any]) -> None:
+@dataclass(frozen=True)
+class Provenance:
+    """How to reproduce one run: what ran (commit, diff, digests, command, seed), on what data,
+    in which sandbox and environment, and what the harness observed of its randomness. The
+    JSON keys are the field names, as the first harnesses wrote them; a record written before
+    a field existed reads with its default, and a key a newer harness adds is ignored. The
+    nested facts (environment, sandbox, grading, ...) stay plain JSON objects: their keys
+    depend on the backend and the machine."""
+
+    run_id: str = ""
+    commit: str = ""
+    parent: str | None = None
+    diff: str = ""                      # git patch parent -> commit ("" when too long)
+    diff_omitted: str | None = None     # why `diff` is empty: its size and the git command
+    target_digest: dict[str, str] = field(default_factory=dict)      # path -> sha256
+    seed: int | None = None
+    role: Role | None = None
+    experiment: str | None = None
+    budget_s: float | None = None
+    grace_s: float | None = None
+    command: str | None = None
+    split: str | None = None
+    run_env: dict[str, str] = field(default_factory=dict)
+    python: str | None = None
+    protected_digests: dict[str, str] = field(default_factory=dict)  # path -> sha256 after the run
+    data_dir: str | None = None
+    data_meta: dict[str, Any] = field(default_factory=dict)    # corpus_hash, split rule, sizes
+    data_hash: str | None = None        # the prepare step's corpus_hash, else the data: folder's
+    data_mount: list[dict[str, Any]] = field(default_factory=list)
+    sandbox: dict[str, Any] = field(default_factory=dict)      # backend, image, isolation facts
+    grading: dict[str, Any] = field(default_factory=dict)      # who measured, probes, splits
+    outputs: dict[str, Any] = field(default_factory=dict)      # kept, dropped, tracked changes
+    worker: dict[str, Any] = field(default_factory=dict)       # index, device, node, job_id
+    environment: dict[str, Any] = field(default_factory=dict)  # see `environment()`
+    env_fingerprint: str | None = None
+    determinism: dict[str, Any] = field(default_factory=dict)  # see `determinism()`
+    started_at: str | None = None
+    ended_at: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return encode(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Provenance":
+        return decode(cls, {key: value for key, value in data.items() if value is not None})
+
+
+def write_provenance(path: Path, record: Provenance) -> None:
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(record, indent=2, default=str), encoding="utf-8")
+    tmp.write_text(json.dumps(record.to_dict(), indent=2, default=str), encoding="utf-8")
     os.replace(tmp, path)
 
 
-def read_provenance(run_dir: Path) -> dict[str, Any] | None:
+def read_provenance(run_dir: Path) -> Provenance | None:
     """The provenance.json of a run folder, or None when absent or unreadable."""
     try:
-        return json.loads((Path(run_dir) / PROVENANCE_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = json.loads((Path(run_dir) / PROVENANCE_FILE).read_text(encoding="utf-8"))
+        return Provenance.from_dict(data)
+    except (OSError, ValueError, TypeError, AttributeError):
         return None
 
 
@@ -179,20 +231,21 @@ class Difference:
         return f"{self.field}: {self.original!r} -> {self.current!r}"
 
 
-def comparable_facts(record: Mapping[str, Any]) -> dict[str, tuple[Any, bool]]:
+def comparable_facts(record: Provenance | Mapping[str, Any]) -> dict[str, tuple[Any, bool]]:
     """field -> (value, material) for everything `compare_environments` looks at."""
-    env = record.get("environment") or {}
-    sandbox = record.get("sandbox") or {}
-    data_meta = record.get("data_meta") or {}
+    if not isinstance(record, Provenance):
+        record = Provenance.from_dict(record)
+    env, sandbox, data_meta = record.environment, record.sandbox, record.data_meta
     facts: dict[str, tuple[Any, bool]] = {key: (env.get(key), True) for key in MATERIAL_FIELDS}
     facts.update({key: (env.get(key), False) for key in INFORMATIONAL_FIELDS})
-    facts["data_hash"] = (record.get("data_hash") or data_meta.get("corpus_hash"), True)
+    facts["data_hash"] = (record.data_hash or data_meta.get("corpus_hash"), True)
     facts["sandbox_backend"] = (sandbox.get("backend"), True)
     facts["image_id"] = (sandbox.get("image_id"), True)
     return facts
 
 
-def compare_environments(original: Mapping[str, Any], current: Mapping[str, Any]) -> list[Difference]:
+def compare_environments(original: Provenance | Mapping[str, Any],
+                         current: Provenance | Mapping[str, Any]) -> list[Difference]:
     """What differs between the environments of two provenance records, material first."""
     before, after = comparable_facts(original), comparable_facts(current)
     found = [Difference(key, value, after[key][0], material)

@@ -1,4 +1,4 @@
-"""The vocabularies of a night (outcomes, run roles, exit codes) and the records that ledger
+"""The vocabularies of a night (outcomes, run roles, the metric's direction, exit codes) and the records that ledger
 events carry: a researcher's `Prediction`, a keep rule's `Decision`, a prediction's `Score`,
 a researcher's `Usage`. Every module that produces or reads them uses these, never strings.
 """
@@ -80,6 +80,69 @@ class Role(str, enum.Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+class TargetRole(str, enum.Enum):
+    """Why a commit is replayed (`nightshift replay`, agent/review/replay.py)."""
+
+    BASE = "base"       # where the night started
+    KEPT = "kept"       # a commit the night kept
+    GIVEN = "given"     # a commit named on the command line
+    PARENT = "parent"   # added so that a target's effect can be measured against it
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class ChangeStatus(str, enum.Enum):
+    """What became of one kept change in `nightshift ablate` (agent/review/ablate.py)."""
+
+    PLANNED = "planned"     # its revert was built; it will run
+    CONFLICT = "conflict"   # a later keep changed the same lines: not run, never guessed
+    ABSENT = "absent"       # a later keep undid it already
+    MEASURED = "measured"   # it ran, and its contribution was estimated
+    FAILED = "failed"       # it ran, but no seed has both it and the incumbent
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Direction(str, enum.Enum):
+    """Which way the metric improves (program.md `direction:`). The value strings are the
+    ledger's and program.md's, so old ledgers read unchanged."""
+
+    MINIMIZE = "minimize"
+    MAXIMIZE = "maximize"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def sign(self) -> float:
+        """+1 or -1 such that `sign * (candidate - reference)` is the improvement."""
+        return -1.0 if self is Direction.MINIMIZE else 1.0
+
+    def improvement(self, candidate: float, reference: float) -> float:
+        """Signed improvement of `candidate` over `reference`, positive = better, metric units."""
+        return self.sign * (candidate - reference)
+
+    def better(self, a: float, b: float) -> bool:
+        """Whether `a` is strictly better than `b`."""
+        return self.improvement(a, b) > 0
+
+    @property
+    def lower_is_better(self) -> bool:
+        return self is Direction.MINIMIZE
+
+    @property
+    def better_word(self) -> str:
+        """'lower' or 'higher': which values are better, for display."""
+        return "lower" if self is Direction.MINIMIZE else "higher"
+
+    @property
+    def best_word(self) -> str:
+        """'lowest' or 'highest'."""
+        return "lowest" if self is Direction.MINIMIZE else "highest"
 
 
 class ExitCode(enum.IntEnum):

@@ -9,11 +9,13 @@ from __future__ import annotations
 from typing import Callable
 
 from agent.record.brief import experiment_line
+from agent.record.records import Direction
 from agent.record.state import LoopState
 
 
 def experiment_detail(state: LoopState, experiment_id: str, diff_of: Callable[[str], str],
-                      max_log_chars: int = 3000, direction: str = "minimize") -> str:
+                      max_log_chars: int = 3000,
+                      direction: Direction = Direction.MINIMIZE) -> str:
     """One experiment in full: its line, hypothesis, prediction, diff and log tails.
 
     `diff_of(commit)` returns the commit's patch against its parent (the workspace's diff)."""

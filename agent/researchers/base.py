@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.record.brief import Brief
-from agent.record.events import Prediction, Usage, Verdict
+from agent.record.events import Direction, Prediction, Usage, Verdict
 from agent.record.state import Experiment
 
 __all__ = ["Outcome", "Prediction", "Proposal", "ProposalRejected", "ResearchContext", "Researcher",
@@ -45,7 +45,7 @@ class ResearchContext:
     protected: dict[str, str]       # repo-relative path -> source, for reading only
     ledger_summary: str             # the brief as one text: what was tried, kept, discarded, why
     metric: str
-    direction: str                  # "minimize" | "maximize"
+    direction: Direction
     noise_sd: float | None          # pooled seed-to-seed sd of the metric so far
     incumbent_value: float | None   # the incumbent's reference mean (fresh seeds)
     experiment_index: int           # 1-based number of the experiment being proposed
@@ -53,6 +53,9 @@ class ResearchContext:
     workdir: Path | None = None     # worktree root, for researchers that read more files
     brief: Brief | None = None      # the same brief in sections, for prompt caching (agent/record/brief.py)
     deadline: float | None = None   # epoch seconds when the night stops (--hours); None: no limit
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "direction", Direction(self.direction))
 
 
 @dataclass(frozen=True)

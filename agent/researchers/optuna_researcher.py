@@ -35,6 +35,7 @@ from agent.target.knobs import (
 )
 from agent.researchers.local_moves import local_move, trust_radius
 from agent.researchers.prediction_stats import TriedConfig, predict_delta
+from agent.record.records import Direction
 from agent.record.state import Experiment
 from agent.researchers.base import Outcome, Proposal, ResearchContext, Researcher, ResearcherError
 
@@ -49,10 +50,13 @@ class OptunaResearcher(Researcher):
     name = "optuna"
 
     def __init__(self, state_dir: Path, seed: int = 0, knobs_per_proposal: int = 2,
-                 direction: str = "minimize", knobs: dict[str, str] | None = None,
+                 direction: Direction = Direction.MINIMIZE, knobs: dict[str, str] | None = None,
                  startup: int = 10, local_share: float = 1 / 3) -> None:
-        if direction not in ("minimize", "maximize"):
-            raise ResearcherError(f"optuna researcher: direction must be minimize|maximize, got {direction!r}")
+        try:
+            direction = Direction(direction)
+        except ValueError:
+            raise ResearcherError(f"optuna researcher: direction must be one of "
+                                  f"{'|'.join(d.value for d in Direction)}, got {direction!r}") from None
         if knobs_per_proposal < 1:
             raise ResearcherError(f"optuna researcher: knobs_per_proposal must be >= 1, got {knobs_per_proposal}")
         self.state_dir = Path(state_dir)
@@ -66,7 +70,7 @@ class OptunaResearcher(Researcher):
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self.study = optuna.create_study(
             study_name=STUDY_NAME, storage=_sqlite_storage(self.state_dir / "optuna.db"),
-            direction=direction, load_if_exists=True,
+            direction=direction.value, load_if_exists=True,
         )
         stored = self.study.direction.name.lower()
         if stored != direction:
@@ -283,8 +287,7 @@ class OptunaResearcher(Researcher):
                     f"discards); the study's model predicts a delta of {delta:+.3g}.")
         if not history:
             return f"Exploring {names}: TPE draws a first setting; no measured trials yet."
-        best = min(history, key=lambda t: t.value) if self.direction == "minimize" else max(
-            history, key=lambda t: t.value)
+        best = max(history, key=lambda t: self.direction.sign * t.value)
         return (
             f"Changing {names} as TPE suggests from {len(history)} measured trials "
             f"(best {metric} so far {best.value:.4g}); nearby settings predict a delta of {delta:+.3g}."

@@ -10,6 +10,7 @@ import json
 import math
 from typing import Any
 
+from agent.record.records import Direction
 from agent.researchers.base import Prediction
 
 
@@ -24,7 +25,7 @@ def _number(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
-def parse_prediction(raw: Any, metric_direction: str) -> tuple[Prediction | None, list[str]]:
+def parse_prediction(raw: Any, metric_direction: Direction) -> tuple[Prediction | None, list[str]]:
     """Validate a raw prediction. Returns (prediction, []) or (None, every problem found).
 
     Usable means: a known direction; finite expected_delta inside a finite interval lo < hi;
@@ -68,9 +69,10 @@ def parse_prediction(raw: Any, metric_direction: str) -> tuple[Prediction | None
     if delta is not None and lo is not None and not lo <= delta <= hi:
         problems.append(f"prediction.expected_delta {delta} lies outside its interval [{lo}, {hi}]")
     if delta is not None and direction in ("improve", "worsen"):
-        better = delta < 0 if metric_direction == "minimize" else delta > 0
+        metric_direction = Direction(metric_direction)
+        better = metric_direction.better(delta, 0.0)
         if (direction == "improve") != better or delta == 0:
-            sign = "negative" if (direction == "improve") == (metric_direction == "minimize") else "positive"
+            sign = "negative" if (direction == "improve") == metric_direction.lower_is_better else "positive"
             problems.append(
                 f"prediction.direction {direction!r} needs a {sign} expected_delta for a metric "
                 f"to {metric_direction} (delta = candidate - incumbent), got {delta}"

@@ -28,6 +28,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from agent.record.records import Direction
 from agent.researchers.base import Prediction
 from agent.target.knobs import Knob, same_value
 
@@ -83,7 +84,7 @@ def predict_delta(
     *,
     incumbent_value: float | None,
     noise_sd: float | None,
-    direction: str,
+    direction: Direction,
     metric: str = "metric",
 ) -> Prediction:
     """A Prediction of candidate − incumbent from the study's GP (method: module doc)."""
@@ -125,8 +126,8 @@ def predict_delta(
     )
 
 
-def _direction(delta: float, noise: float, direction: str) -> str:
+def _direction(delta: float, noise: float, direction: Direction) -> str:
     if abs(delta) <= noise:
         return "same"
-    better = delta < 0 if direction == "minimize" else delta > 0
+    better = Direction(direction).sign * delta > 0
     return "improve" if better else "worsen"

@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from agent.record.records import Direction
 from agent.researchers.base import ResearchContext
 
 
@@ -33,7 +34,7 @@ def clip(text: str, limit: int) -> str:
 
 
 def system_prompt(context: ResearchContext, max_turns: int) -> str:
-    sign = "negative" if context.direction == "minimize" else "positive"
+    sign = "negative" if Direction(context.direction).lower_is_better else "positive"
     protected = ", ".join(sorted(context.protected)) or "none"
     return f"""You are the researcher in Nightshift, an automated machine-learning research loop.
 Each conversation is one experiment: make ONE focused change to {context.target} that you expect

@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 from typing import Callable, Mapping
 
+from agent.record.records import Direction
 from agent.researchers.base import Researcher, ResearcherError
 from agent.researchers.settings import ClaudeSettings, OpenAISettings
 
@@ -33,7 +34,7 @@ def resolve_researcher_name(name: str, env: Mapping[str, str] | None = None) -> 
     return "optuna", "ANTHROPIC_API_KEY not set"
 
 
-def make_researcher(name: str, *, state_dir: Path, direction: str = "minimize",
+def make_researcher(name: str, *, state_dir: Path, direction: Direction = Direction.MINIMIZE,
                     claude: ClaudeSettings | None = None, openai: OpenAISettings | None = None,
                     script: Path | None = None, seed: int = 0, env: Mapping[str, str] | None = None,
                     experiment_detail: Callable[[str], str] | None = None,

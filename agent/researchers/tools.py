@@ -21,6 +21,7 @@ import posixpath
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
+from agent.record.records import Direction
 from agent.researchers.base import Prediction
 from agent.researchers.prediction import parse_prediction
 from agent.researchers.tool_specs import EDITS, TOOL_NAMES
@@ -110,7 +111,7 @@ class Workbench:
         target: str,
         incumbent_source: str,
         protected: Mapping[str, str],
-        metric_direction: str,
+        metric_direction: Direction,
         hypothesis_ids: tuple[str, ...] = (),
         experiment_detail: Callable[[str], str] | None = None,
     ) -> None:

@@ -31,8 +31,9 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from agent.program import Program
+from agent.record.records import Direction
 from agent.run.executor import RunExecutor
-from agent.record.events import (AblationChange, AblationPlanned, AblationRun, AblationSummary,
+from agent.record.events import (AblationChange, AblationPlanned, AblationRun, AblationSummary, ChangeStatus,
                                  Event, Role)
 from agent.record.ledger import LEDGER_FILE, Ledger
 from agent.record.state import LoopState
@@ -40,7 +41,7 @@ from agent.review.contributions import leave_one_out
 from agent.review.replay import FullScaleRuns, dated_id, new_dated_dir
 from agent.workspace.merge import three_way_merge
 from agent.workspace.repo import Workspace
-from cluster.protocol import Job, OnDone, Outcome, Slot, Workers
+from cluster.protocol import Job, OnDone, JobOutcome, Slot, Workers
 
 ABLATIONS_DIR = "ablations"
 ABLATION_SEEDS = 700_000      # far from the night's (0.., 1000..) and noise's (900000..) seeds
@@ -62,13 +63,13 @@ class Variant:
     kept_commit: str | None = None
     parent: str | None = None
     description: str = ""
-    status: str = "planned"        # "planned" | "conflict" | "absent"
+    status: ChangeStatus = ChangeStatus.PLANNED   # or CONFLICT, ABSENT: not run
     reason: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "experiment": self.experiment, "commit": self.kept_commit,
                 "parent": self.parent, "description": self.description,
-                "variant_commit": self.commit, "status": self.status, "reason": self.reason}
+                "variant_commit": self.commit, "status": self.status.value, "reason": self.reason}
 
 
 def plan_variants(state: LoopState, workspace: Workspace, target: str,
@@ -89,12 +90,12 @@ def plan_variants(state: LoopState, workspace: Workspace, target: str,
         merged = three_way_merge(base=workspace.read(target, experiment.commit), ours=ours,
                                  theirs=workspace.read(target, experiment.parent))
         if merged is None:
-            variants.append(Variant(experiment.id, None, status="conflict", **change, reason=(
+            variants.append(Variant(experiment.id, None, status=ChangeStatus.CONFLICT, **change, reason=(
                 "its revert conflicts with a later kept change to the same lines of "
                 f"{target}; not guessed, not run")))
             continue
         if merged == ours:
-            variants.append(Variant(experiment.id, None, status="absent", **change, reason=(
+            variants.append(Variant(experiment.id, None, status=ChangeStatus.ABSENT, **change, reason=(
                 "the incumbent no longer holds this change (a later keep undid it)")))
             continue
         sha = workspace.commit_candidate(
@@ -116,7 +117,7 @@ class Ablator:
     executor: RunExecutor
     make_workers: Callable[[OnDone], Workers]
     ablation_id: str
-    direction: str = "minimize"
+    direction: Direction = Direction.MINIMIZE
     on_event: Callable[[Event], None] = lambda event: None
     events: list[Event] = field(default_factory=list)   # what this ablation recorded
 
@@ -141,7 +142,7 @@ class Ablator:
         """variant name -> seed -> metric of its OK runs."""
         todo = [(seed, variant) for seed in settings.seeds for variant in variants]
         values: dict[str, dict[int, float]] = {v.name: {} for v in variants}
-        done: "queue.Queue[Outcome]" = queue.Queue()
+        done: "queue.Queue[JobOutcome]" = queue.Queue()
         workers = self.make_workers(done.put)
         running: dict[str, tuple[Job, Variant, Slot]] = {}
         try:
@@ -170,7 +171,7 @@ class Ablator:
                 self.executor.release(variant.commit)
         return values
 
-    def _landed(self, outcome: Outcome, running: dict[str, tuple[Job, Variant, Slot]],
+    def _landed(self, outcome: JobOutcome, running: dict[str, tuple[Job, Variant, Slot]],
                 values: dict[str, dict[int, float]]) -> None:
         if outcome.run_id not in running:
             return   # reported twice (a backend's retry): the first report stands
@@ -183,7 +184,7 @@ class Ablator:
                                metric=run.metric, duration_s=run.duration_s, run_id=run.run_id,
                                reason=run.reason))
 
-    def _abort(self, workers: Workers, done: "queue.Queue[Outcome]",
+    def _abort(self, workers: Workers, done: "queue.Queue[JobOutcome]",
                running: dict[str, tuple[Job, Variant, Slot]],
                values: dict[str, dict[int, float]]) -> None:
         """Ctrl-C: end every run in flight and record how each ended."""
@@ -196,7 +197,7 @@ class Ablator:
                 continue
         for run_id in list(running):
             job, _, _ = running.pop(run_id)
-            self.executor.finish(job, Outcome(run_id, 0, None, error="interrupted by the user"))
+            self.executor.finish(job, JobOutcome(run_id, 0, None, error="interrupted by the user"))
 
     # ---- recording -------------------------------------------------------------------------
 
@@ -210,8 +211,8 @@ class Ablator:
             estimate = found.contributions.get(variant.name)
             status, reason = variant.status, variant.reason
             if variant.commit is not None:
-                status = "measured" if estimate is not None and estimate.n else "failed"
-                if status == "failed":
+                status = ChangeStatus.MEASURED if estimate is not None and estimate.n else ChangeStatus.FAILED
+                if status == ChangeStatus.FAILED:
                     reason = "no seed on which both it and the incumbent ran successfully"
             self._emit(AblationChange(
                 ablation_id=self.ablation_id, experiment=variant.name, commit=variant.kept_commit,

@@ -11,6 +11,7 @@ from typing import Any, Iterable
 
 from agent.record.events import (AblationChange, AblationPlanned, AblationRun, AblationSummary,
                                  Event, encode)
+from sandbox import Status
 
 BAR_WIDTH = 260          # px of the contribution bars' axis
 
@@ -30,7 +31,7 @@ def ablation_panels(events: Iterable[Event]) -> list[dict[str, Any]]:
             continue
         if isinstance(event, AblationRun):
             entry["runs"] += 1
-            entry["failed"] += event.status.value != "ok"
+            entry["failed"] += event.status != Status.OK
         elif isinstance(event, AblationChange):
             entry["changes"].append({**encode(event), "matters": matters(event.interval)})
         elif isinstance(event, AblationSummary):

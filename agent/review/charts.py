@@ -11,6 +11,8 @@ import math
 from pathlib import Path
 from typing import Any, Sequence
 
+from agent.record.records import Direction
+
 WIDTH, HEIGHT = 960, 380
 LEFT, RIGHT, TOP, BOTTOM = 72, 24, 36, 46      # TOP leaves a lane for runs without a metric
 
@@ -164,7 +166,7 @@ def progress_png(data: dict[str, Any], path: Path, title: str) -> Path:
     ax.set_ylim(y_lo, y_hi)
     ax.set_xlim(0, max(data["n"], 1) + 1)
     ax.set_xlabel("experiment")
-    better = "lower" if data["direction"] == "minimize" else "higher"
+    better = Direction(data["direction"]).better_word
     ax.set_ylabel(f"{title.split(': ')[-1]} ({better} is better)")
     ax.set_title(title)
     ax.grid(alpha=0.3)

@@ -25,6 +25,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
+from agent.record.records import Direction
+
 LEVEL = 0.95
 
 
@@ -47,9 +49,9 @@ class Estimate:
         return self.interval[0] > 0 or self.interval[1] < 0
 
 
-def improvement(a: Mapping[int, float], b: Mapping[int, float], direction: str) -> dict[int, float]:
+def improvement(a: Mapping[int, float], b: Mapping[int, float], direction: Direction) -> dict[int, float]:
     """Per common seed, how much better `a` is than `b` (positive = better in `direction`)."""
-    sign = -1.0 if direction == "minimize" else 1.0
+    sign = Direction(direction).sign
     return {seed: sign * (a[seed] - b[seed]) for seed in sorted(set(a) & set(b))}
 
 
@@ -98,7 +100,7 @@ class Ablation:
 
 
 def leave_one_out(incumbent: Mapping[int, float], base: Mapping[int, float],
-                  without: Mapping[str, Mapping[int, float]], direction: str,
+                  without: Mapping[str, Mapping[int, float]], direction: Direction,
                   level: float = LEVEL) -> Ablation:
     """Contributions of the changes of `without` (change -> seed -> metric of the incumbent
     without it), the gain of `incumbent` over `base`, and their interaction; all paired on

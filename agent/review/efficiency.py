@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
+from agent.record.records import Direction
 from agent.record.events import Role, RunFinished
 from agent.record.state import LoopState
 
@@ -105,7 +106,7 @@ class Efficiency:
                 "line": self.line(), "shares_line": self.shares_line(), "rows": self.rows()}
 
 
-def estimated_improvement(state: LoopState, direction: str) -> dict[str, Any] | None:
+def estimated_improvement(state: LoopState, direction: Direction | str) -> dict[str, Any] | None:
     """The night's headline: the incumbent on its fresh seeds against the baseline on its
     own, in the program's direction (positive = better), with a 95% interval; None when
     nothing was kept or the incumbent is not measured yet."""
@@ -117,7 +118,7 @@ def estimated_improvement(state: LoopState, direction: str) -> dict[str, Any] | 
     if not incumbent or not base:
         return None
     found = mean_difference(incumbent, base)
-    sign = -1 if direction == "minimize" else 1
+    sign = Direction(direction).sign
     interval = sorted(sign * bound for bound in found.interval) if found.interval else None
     return {"value": sign * found.estimate, "interval": interval, "level": found.level,
             "paired": found.paired, "n_incumbent": found.n_a, "n_baseline": found.n_b}
@@ -150,7 +151,7 @@ def _candidate_seeds(state: LoopState) -> dict[str, set[int]]:
     return seeds
 
 
-def night_efficiency(state: LoopState, direction: str = "minimize",
+def night_efficiency(state: LoopState, direction: Direction | str = Direction.MINIMIZE,
                      calibration: Iterable[int] | None = None) -> Efficiency:
     """Every run of the night in one share, and the estimated progress (module doc).
     `calibration`: the rule's baseline seeds (`calibration_seeds(program)`); without them a

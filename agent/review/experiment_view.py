@@ -12,19 +12,20 @@ import statistics
 from typing import Any
 
 from agent.record.events import RunFinished
+from agent.record.records import Direction
 from agent.record.state import Experiment, LoopState
 
 
-def experiment_views(state: LoopState, rows: list[dict[str, Any]], direction: str) -> dict[str, dict[str, Any]]:
+def experiment_views(state: LoopState, rows: list[dict[str, Any]], direction: Direction) -> dict[str, dict[str, Any]]:
     """id -> view, for every row of the report's experiments table."""
     return {row["id"]: experiment_view(state, state.experiments[row["id"]], row, direction)
             for row in rows if row["id"] in state.experiments}
 
 
 def experiment_view(state: LoopState, experiment: Experiment, row: dict[str, Any],
-                    direction: str) -> dict[str, Any]:
+                    direction: Direction) -> dict[str, Any]:
     """The row, plus the per-seed pairs, runs in flight, looks and the decision's reason."""
-    sign = -1.0 if direction == "minimize" else 1.0
+    sign = Direction(direction).sign
     made = experiment.decision
     test = made.decision if made is not None else None
     runs = {run.seed: run for run in experiment.runs}

@@ -15,7 +15,7 @@ night's split, labelled test) or warned about (a longer `--budget` that no run c
 `unexpressed_changes`.
 
 Every replayed run also compares its environment with the original run's provenance
-(`agent.provenance.compare_environments`) and lists what changed.
+(`agent.record.provenance.compare_environments`) and lists what changed.
 
 Where things go: runs run through `agent.runs.RunExecutor` with a ledger of their own,
 `results/<tag>/replays/<replay_id>/ledger.jsonl` (run_started / run_finished, provenance per
@@ -43,10 +43,10 @@ from agent.decide.decision import pooled_sd
 from agent.program import Program
 from agent.run.executor import RunExecutor
 from agent.run.plan import RunPlan
-from agent.record.events import (Replay, ReplayCommit, ReplayRun, ReplaySummary, Role,
-                                 RunFinished, Verdict)
+from agent.record.events import (Direction, Replay, ReplayCommit, ReplayRun, ReplaySummary, Role,
+                                 RunFinished, TargetRole, Verdict)
 from agent.record.ledger import LEDGER_FILE, Ledger, utc_now
-from agent.record.provenance import compare_environments, read_provenance
+from agent.record.provenance import Provenance, compare_environments, read_provenance
 from agent.record.state import LoopState
 from agent.workspace.repo import Workspace
 
@@ -69,7 +69,7 @@ class Target:
     added so that effects can be measured against it."""
 
     commit: str
-    role: str                      # "base" | "kept" | "given" | "parent"
+    role: TargetRole
     experiment: str | None = None
     parent: str | None = None      # the commit its effect is measured against
 
@@ -85,15 +85,15 @@ def plan_targets(state: LoopState, *, kept: bool, commits: Sequence[str] = (),
     for commit in wanted:
         experiment = by_commit.get(commit)
         parent = experiment.parent if experiment else parent_of(commit)
-        role = "base" if commit == state.base_commit else \
-            "kept" if experiment is not None and experiment.verdict == Verdict.KEEP else "given"
+        role = TargetRole.BASE if commit == state.base_commit else \
+            TargetRole.KEPT if experiment is not None and experiment.verdict == Verdict.KEEP else TargetRole.GIVEN
         chosen[commit] = Target(commit, role, experiment.id if experiment else None, parent)
     if kept and state.base_commit and state.base_commit not in chosen:
-        chosen = {state.base_commit: Target(state.base_commit, "base"), **chosen}
+        chosen = {state.base_commit: Target(state.base_commit, TargetRole.BASE), **chosen}
     if with_parents:
         for target in list(chosen.values()):
             if target.parent and target.parent not in chosen:
-                role = "base" if target.parent == state.base_commit else "parent"
+                role = TargetRole.BASE if target.parent == state.base_commit else TargetRole.PARENT
                 chosen = {target.parent: Target(target.parent, role), **chosen}
     return list(chosen.values())
 
@@ -123,12 +123,12 @@ def reproduction(original: Sequence[float], replay: Sequence[float], noise_sd: f
 
 
 def paired_effect(child: dict[int, float], parent: dict[int, float],
-                  direction: str) -> dict[str, Any] | None:
+                  direction: Direction) -> dict[str, Any] | None:
     """Improvement of `child` over `parent` on their common seeds (positive = better)."""
     seeds = sorted(set(child) & set(parent))
     if not seeds:
         return None
-    sign = -1.0 if direction == "minimize" else 1.0
+    sign = Direction(direction).sign
     diffs = [sign * (child[s] - parent[s]) for s in seeds]
     effect = statistics.fmean(diffs)
     interval = None
@@ -159,7 +159,7 @@ class Replayer:
     state: LoopState               # the tag's state, folded before the replay starts
     executor: RunExecutor
     replay_id: str
-    direction: str = "minimize"
+    direction: Direction = Direction.MINIMIZE
     original_budget_s: float | None = None
     original_split: str = "val"
     on_event: Callable[[Replay], None] = lambda event: None
@@ -187,10 +187,10 @@ class Replayer:
         for target in targets:
             self.executor.release(target.commit)
         rows = [self._commit_event(t, values, diffs[t.commit], settings) for t in targets]
-        kept = [r for r in rows if r.target_role == "kept" and r.proxy_effect is not None
+        kept = [r for r in rows if r.target_role == TargetRole.KEPT and r.proxy_effect is not None
                 and r.full_effect is not None]
         measured = [r for r in rows if r.original.get("mean") is not None and r.mean is not None]
-        sign = -1.0 if self.direction == "minimize" else 1.0
+        sign = Direction(self.direction).sign
         return self._emit(ReplaySummary(
             replay_id=self.replay_id, budget_s=settings.budget_s, seeds=tuple(settings.seeds),
             split=settings.split, commits=tuple(t.commit for t in targets),
@@ -252,7 +252,7 @@ class Replayer:
             return []
         return [d.to_dict() for d in compare_environments(original, current)]
 
-    def _original_provenance(self, commit: str, seed: int) -> dict[str, Any] | None:
+    def _original_provenance(self, commit: str, seed: int) -> Provenance | None:
         """The night's provenance for this commit and seed, else this commit, else any run."""
         def rank(run: RunFinished) -> int:
             return (run.commit != commit) * 2 + (run.seed != seed)

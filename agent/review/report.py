@@ -26,12 +26,14 @@ from agent.record.events import (LoopStarted, ReplayCommit, ReplayRun, ReplaySum
                                  encode)
 from agent.record.ledger import read_events, utc_now
 from agent.record.provenance import read_provenance
+from agent.record.records import Direction
 from agent.record.state import Experiment, LoopState, fold
 from agent.record.views import early_stops, queue_time, utilisation
 from agent.review.ablation_panel import ablation_panels
 from agent.review.charts import calibration_chart, progress_chart, progress_png
 from agent.review.efficiency import calibration_seeds, estimated_improvement, night_efficiency
 from agent.review.experiment_view import experiment_views
+from sandbox import Status
 
 TEMPLATES = Path(__file__).parent / "templates"
 MAX_DIFF_CHARS = 20_000          # per experiment in the page; the full diff stays in provenance
@@ -45,7 +47,7 @@ class WrittenReport:
 
 
 def write_report(tag_dir: Path, *, out: Path | None = None, metric: str | None = None,
-                 direction: str | None = None, repo: Path | None = None) -> WrittenReport:
+                 direction: Direction | None = None, repo: Path | None = None) -> WrittenReport:
     """Render results/<tag>/report.html (or `out`) and progress.png next to it."""
     tag_dir = Path(tag_dir)
     context = build_context(tag_dir, metric=metric, direction=direction, repo=repo)
@@ -107,7 +109,7 @@ def _mean(values: list[float]) -> float | None:
     return statistics.fmean(values) if values else None
 
 
-def build_context(tag_dir: Path, *, metric: str | None = None, direction: str | None = None,
+def build_context(tag_dir: Path, *, metric: str | None = None, direction: Direction | None = None,
                   repo: Path | None = None, events: list[Any] | None = None) -> dict[str, Any]:
     """Everything the template shows, as plain data (also handy for tests and notebooks).
     `events`: the tag's events when the caller has read them already (the live page)."""
@@ -116,7 +118,7 @@ def build_context(tag_dir: Path, *, metric: str | None = None, direction: str | 
     started = next((e for e in events if isinstance(e, LoopStarted)), None)
     program = started.program if started else {}
     metric = program.get("metric") or metric or "val_bpb"
-    direction = program.get("direction") or direction or "minimize"
+    direction = Direction(program.get("direction") or direction or Direction.MINIMIZE)
     sd, dof = pooled_sd(state.noise_groups())
     experiments = [_experiment_row(state, e, tag_dir, repo) for e in state.experiments.values()]
     base_ref = list(state.reference(state.base_commit).values()) if state.base_commit else []
@@ -221,7 +223,7 @@ def _level(state: LoopState, commit: str) -> dict[str, Any]:
             "selection_n": len(kept.values()) if kept else 0}
 
 
-def _improvement(state: LoopState, direction: str) -> dict[str, Any] | None:
+def _improvement(state: LoopState, direction: Direction) -> dict[str, Any] | None:
     """The night's headline (agent/review/efficiency.py): the incumbent on its fresh seeds
     against the baseline on its own, positive = better; None until measured."""
     return estimated_improvement(state, direction)
@@ -269,9 +271,9 @@ def _experiment_row(state: LoopState, experiment: Experiment, tag_dir: Path,
 def _diff(experiment: Experiment, tag_dir: Path, repo: Path | None) -> str:
     """From a candidate run's provenance, else git (when the repository is at hand)."""
     for run in experiment.runs:
-        record = read_provenance(tag_dir / "runs" / run.run_id) or {}
-        if record.get("diff"):
-            return record["diff"]
+        record = read_provenance(tag_dir / "runs" / run.run_id)
+        if record is not None and record.diff:
+            return record.diff
     if repo is not None and experiment.commit and experiment.parent:
         done = subprocess.run(["git", "-C", str(repo), "diff", "--no-color", experiment.parent,
                                experiment.commit], capture_output=True, text=True, errors="replace")
@@ -281,7 +283,7 @@ def _diff(experiment: Experiment, tag_dir: Path, repo: Path | None) -> str:
 
 
 def _chart_data(state: LoopState, rows: list[dict[str, Any]], baseline: float | None,
-                sd: float | None, direction: str) -> dict[str, Any]:
+                sd: float | None, direction: Direction) -> dict[str, Any]:
     """Points (one per experiment), the kept frontier as steps, and the noise band around it."""
     points = [{"x": i, "y": row["mean"], "verdict": row["style"], "id": row["id"],
                "label": f"{row['id']} [{row['verdict']}] {row['description'][:80]}"
@@ -340,7 +342,7 @@ def _cost(state: LoopState) -> dict[str, Any] | None:
             "usd_per_keep": usage.usd / n_kept if n_kept else None}
 
 
-def _arms(state: LoopState, direction: str) -> list[dict[str, Any]]:
+def _arms(state: LoopState, direction: Direction) -> list[dict[str, Any]]:
     """One row per researcher when a night had more than one (an LLM and its control arm):
     what each proposed, what it cost, and the progress its keeps made, so the two compare per
     run and per dollar. A keep's progress is the honest step, from fresh reference seeds of the
@@ -350,7 +352,7 @@ def _arms(state: LoopState, direction: str) -> list[dict[str, Any]]:
         by_name.setdefault(experiment.researcher or "?", []).append(experiment)
     if len(by_name) < 2:
         return []
-    better = -1.0 if direction == "minimize" else 1.0
+    better = Direction(direction).sign
     rows = []
     for name, experiments in by_name.items():
         progress = 0.0
@@ -389,7 +391,7 @@ def _replays(events: list[Any], state: LoopState) -> list[dict[str, Any]]:
                                      experiment.description if experiment else event.target_role})
         else:
             entry["runs"] += 1
-            entry["failed"] += event.status.value != "ok"
+            entry["failed"] += event.status != Status.OK
     return list(found.values())
 
 
@@ -398,11 +400,10 @@ def _environment(state: LoopState, tag_dir: Path) -> dict[str, Any]:
     fingerprints = sorted({r.env_fingerprint for r in state.runs if r.env_fingerprint})
     for run in reversed(state.runs):
         record = read_provenance(tag_dir / "runs" / run.run_id)
-        if record:
-            return {"facts": record.get("environment") or {}, "sandbox": record.get("sandbox") or {},
-                    "data": {**(record.get("data_meta") or {}),   # a data: folder's content hash too
-                             "corpus_hash": record.get("data_hash") or (record.get("data_meta") or {}).get("corpus_hash")},
-                    "command": record.get("command"),
-                    "split": record.get("split"), "fingerprints": fingerprints}
+        if record is not None:
+            return {"facts": record.environment, "sandbox": record.sandbox,
+                    "data": {**record.data_meta,   # a data: folder's content hash too
+                             "corpus_hash": record.data_hash or record.data_meta.get("corpus_hash")},
+                    "command": record.command, "split": record.split, "fingerprints": fingerprints}
     return {"facts": {}, "sandbox": {}, "data": {}, "command": None, "split": None,
             "fingerprints": fingerprints}

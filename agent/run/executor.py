@@ -20,7 +20,7 @@ from agent.decide.integrity import RunEvidence, StepEvidence, judge_run
 from agent.record.curves import Curve
 from agent.record.events import Role, RunFinished, RunStarted
 from agent.record.ledger import Ledger, utc_now
-from agent.record.provenance import determinism, environment, fingerprint, write_provenance
+from agent.record.provenance import Provenance, determinism, environment, fingerprint, write_provenance
 from agent.run import grading, outputs
 from agent.run.budget import BudgetJudgement, judge_budget, reported_steps
 from agent.run.data import PreparedData, content_hash, folder_facts
@@ -30,7 +30,7 @@ from agent.run.plan import RunPlan
 from agent.run.seeding import observe_seeding
 from agent.workspace.repo import Workspace, remove_snapshot
 from cluster.execute import execute
-from cluster.protocol import Job, Outcome, Slot
+from cluster.protocol import Job, JobOutcome, Slot
 from sandbox import Runner, RunResult, RunSpec, Status
 from sandbox.digest import digest_files
 from sandbox.protocol import DataMount, RunInterrupted
@@ -104,7 +104,7 @@ class RunExecutor:
         return Job(run_id=run_id, spec=spec, protected=self.plan.protected, label=label,
                    evaluation=evaluation)
 
-    def finish(self, job: Job, outcome: Outcome, curve: Curve | None = None,
+    def finish(self, job: Job, outcome: JobOutcome, curve: Curve | None = None,
                stopped: str | None = None) -> RunFinished:
         """Record how `job` ended (its provenance.json next to its result) and return the
         run_finished event, with the `curve` its progress lines drew; `stopped` says why the
@@ -153,39 +153,39 @@ class RunExecutor:
         run_dir = self.runs_dir / job.run_id
         env = outcome.environment or environment()
         parent, diff = self._diff_of(commit)
-        provenance = {
-            "run_id": job.run_id, "commit": commit, "parent": parent,
-            "diff": diff if len(diff) <= MAX_DIFF_CHARS else "",
-            "diff_omitted": f"{len(diff)} characters; see `git diff {parent} {commit}`"
+        provenance = Provenance(
+            run_id=job.run_id, commit=commit, parent=parent,
+            diff=diff if len(diff) <= MAX_DIFF_CHARS else "",
+            diff_omitted=f"{len(diff)} characters; see `git diff {parent} {commit}`"
             if len(diff) > MAX_DIFF_CHARS else None,
-            "target_digest": digest_files(job.spec.snapshot_dir, (self.plan.target,)) if self.plan.target else {},
-            "seed": seed, "role": role.value, "experiment": experiment,
-            "budget_s": self.plan.budget_s, "grace_s": self.plan.grace_s,
-            "command": self.plan.command, "split": self.plan.split,
-            "run_env": dict(self.plan.extra_env), "python": self.plan.python,
-            "protected_digests": outcome.digests,
-            "data_dir": str(self.data.path), "data_meta": self.data.meta, "data_hash": self.data_hash,
-            "data_mount": [{"path": m.path, "source": str(m.source), **data_now[m.path]}
-                           for m in self.plan.mounts],
-            "sandbox": {"backend": result.backend, **result.sandbox},
-            "grading": {
+            target_digest=digest_files(job.spec.snapshot_dir, (self.plan.target,)) if self.plan.target else {},
+            seed=seed, role=role, experiment=experiment,
+            budget_s=self.plan.budget_s, grace_s=self.plan.grace_s,
+            command=self.plan.command, split=self.plan.split,
+            run_env=dict(self.plan.extra_env), python=self.plan.python,
+            protected_digests=outcome.digests,
+            data_dir=str(self.data.path), data_meta=self.data.meta, data_hash=self.data_hash,
+            data_mount=[{"path": m.path, "source": str(m.source), **data_now[m.path]}
+                        for m in self.plan.mounts],
+            sandbox={"backend": result.backend, **result.sandbox},
+            grading={
                 "measured_by": judged.measured_by, "evaluate": self.plan.evaluate,
                 "reported": judged.reported, "probes": [p.to_dict() for p in judged.probes],
                 "splits": grading.splits_note(self.data.meta), "hidden": result.hidden_enforced,
                 "evaluation_log": _relative(evaluation.log_path, self.runs_dir.parent) if evaluation else None,
                 "evaluation_sandbox": evaluation.sandbox if evaluation else None},
-            "outputs": kept.to_dict(),
-            "worker": {"index": started.worker, "device": started.device, "node": outcome.node,
-                       "job_id": outcome.job_id, "queued_s": outcome.queued_s},
-            "environment": env, "env_fingerprint": fingerprint(env),
-            "determinism": determinism(
+            outputs=kept.to_dict(),
+            worker={"index": started.worker, "device": started.device, "node": outcome.node,
+                    "job_id": outcome.job_id, "queued_s": outcome.queued_s},
+            environment=env, env_fingerprint=fingerprint(env),
+            determinism=determinism(
                 seed, self.plan.extra_env,
                 seed_passed="{seed} in the command and NIGHTSHIFT_SEED" if "{seed}" in self.plan.command
                 else "NIGHTSHIFT_SEED (the command has no {seed})",
                 seeding=(seeding.kind, seeding.note),
                 budget=(budget.kind, budget.note) if budget else ("unknown", "interrupted")),
-            "started_at": started.time, "ended_at": utc_now(),
-        }
+            started_at=started.time, ended_at=utc_now(),
+        )
         write_provenance(run_dir / "provenance.json", provenance)
         log = Path(result.log_path)
         return self.ledger.append(RunFinished(
@@ -196,7 +196,7 @@ class RunExecutor:
             log=str(log.relative_to(self.runs_dir.parent)) if log.is_relative_to(self.runs_dir.parent)
             else str(log),
             log_tail=result.log_tail[-2000:], backend=result.backend,
-            data_hash=self.data_hash, env_fingerprint=provenance["env_fingerprint"],
+            data_hash=self.data_hash, env_fingerprint=provenance.env_fingerprint,
             provenance=str((run_dir / "provenance.json").relative_to(self.runs_dir.parent)),
             over_budget_s=budget.over_s if budget else None, measured_by=judged.measured_by,
             reported=judged.reported, probes=judged.probes,
@@ -241,8 +241,8 @@ class RunExecutor:
             outcome = execute(self.runner, job, WHOLE_MACHINE, stop, lines)
         except KeyboardInterrupt as interrupt:   # a RunInterrupted carries the run's result
             result = interrupt.result if isinstance(interrupt, RunInterrupted) else None
-            self.finish(job, Outcome(job.run_id, 0, result, error="interrupted by the user")
-                        if result else Outcome(job.run_id, 0, None, error="interrupted by the user"),
+            self.finish(job, JobOutcome(job.run_id, 0, result, error="interrupted by the user")
+                        if result else JobOutcome(job.run_id, 0, None, error="interrupted by the user"),
                         curve=curves.finish(job.run_id))
             raise
         return self.finish(job, outcome, curve=curves.finish(job.run_id))

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from agent.program import ProgramError, parse_program
-from cluster.protocol import Job, Outcome
+from cluster.protocol import Job, JobOutcome
 from cluster.slurm_jobs import Request, job_deadline_s, job_environment
 from cluster.slurm_node import probe
 from cluster.slurm_queue import JobState, Partition, ending, minutes
@@ -73,7 +73,7 @@ def test_an_outcome_comes_back_with_the_harness_paths(tmp_path):
     result = RunResult(status=Status.OK, exit_code=0, metric=1.0, metrics={}, duration_s=1.0,
                        peak_memory_mb=None, log_path=Path("/shared/runs/r1/log.txt"), log_tail="",
                        backend="local", started_at="", ended_at="", work_dir=Path("/shared/runs/r1/work"))
-    back = relocate(Outcome("r1", 0, result), Relocation.of({Path("/shared/runs/r1"): tmp_path / "r1"},
+    back = relocate(JobOutcome("r1", 0, result), Relocation.of({Path("/shared/runs/r1"): tmp_path / "r1"},
                                                               keep=(Path("/"),)))
     assert back.result.log_path == tmp_path / "r1" / "log.txt"
     assert back.result.work_dir == tmp_path / "r1" / "work"

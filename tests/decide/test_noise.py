@@ -6,6 +6,7 @@ import pytest
 
 from agent.decide.decision import Decision, Evidence, Verdict
 from agent.decide.noise import NoiseEstimate, estimate, paired_noise, pooled_noise, suggest_settings
+from agent.record.records import Direction
 
 
 def commits(rng, n_commits=6, seeds=8, sd=0.1, share=0.0, offsets=None):
@@ -49,7 +50,7 @@ def test_seed_share_is_a_conservative_estimate():
 def test_estimate_pools_pairs_from_the_history():
     d = Decision(Verdict.DISCARD, 0.0, None, None, (10, 11, 12),
                  {10: 1.0, 11: 1.2, 12: 0.9}, {10: 1.1, 11: 1.1, 12: 1.0, 0: 1.0}, "x", "")
-    ev = Evidence("minimize", {20: 1.0}, {0: 1.0, 1: 1.1}, 0.05, 30, (d,))
+    ev = Evidence(Direction.MINIMIZE, {20: 1.0}, {0: 1.0, 1: 1.1}, 0.05, 30, (d,))
     est = estimate(ev)
     assert est.sd == 0.05 and est.dof == 30 and est.pair_dof == 2
 

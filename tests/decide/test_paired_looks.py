@@ -16,7 +16,7 @@ import pytest
 from agent.decide.decision import Evidence, RunMore, pooled_sd
 from agent.decide.noise import NoiseEstimate, estimate
 from agent.decide.sequential import SequentialRule
-from agent.record.records import Comparison, Decision, Verdict
+from agent.record.records import Comparison, Decision, Direction, Verdict
 
 
 class Night:
@@ -46,7 +46,7 @@ class Night:
 
     def evidence(self, candidate: dict[int, float]) -> Evidence:
         sd, dof = pooled_sd([list(v.values()) for v in self.table.values()])
-        return Evidence("minimize", dict(candidate), dict(self.reference), sd, dof,
+        return Evidence(Direction.MINIMIZE, dict(candidate), dict(self.reference), sd, dof,
                         tuple(self.history), runs=self.table, repeats=self.repeats)
 
     def candidate(self, effect: float) -> Decision:
@@ -126,7 +126,7 @@ def test_an_unpaired_first_look_says_so_and_shows_its_pair():
     # e0001 of a real night: better than the mean of the incumbent's runs, worse than the
     # incumbent on its own seed, and nothing yet shows that seeds share noise.
     reference = {0: 2.30, 1: 2.36, 2: 2.33, 3: 2.40, 4: 2.31, 5: 2.35, 1000: 2.300}
-    decision = SequentialRule().next(Evidence("minimize", {1000: 2.325}, reference, 0.03, 5))
+    decision = SequentialRule().next(Evidence(Direction.MINIMIZE, {1000: 2.325}, reference, 0.03, 5))
     assert isinstance(decision, Decision) and decision.verdict is Verdict.DISCARD
     comparison = decision.comparison
     assert comparison.seed_share == 0 and not comparison.paired
@@ -165,8 +165,8 @@ def test_successive_incumbents_on_the_calibration_seeds_are_pairs_too():
     seed_effect = rng.normal(0, 0.3, 6)
     old = {s: 2.0 + seed_effect[s] + rng.normal(0, 0.01) for s in range(6)}
     new = {s: 1.9 + seed_effect[s] + rng.normal(0, 0.01) for s in range(6)}
-    evidence = Evidence("minimize", {2000: 1.95}, {**new, 2000: 1.9 + rng.normal(0, 0.3)},
+    evidence = Evidence(Direction.MINIMIZE, {2000: 1.95}, {**new, 2000: 1.9 + rng.normal(0, 0.3)},
                         0.3, 10, runs={"old": old, "new": new})
     noise = estimate(evidence)
     assert noise.pair_dof == 5 and noise.seed_share > 0.9
-    assert estimate(Evidence("minimize", {2000: 1.95}, new, 0.3, 10)).pair_dof == 0
+    assert estimate(Evidence(Direction.MINIMIZE, {2000: 1.95}, new, 0.3, 10)).pair_dof == 0

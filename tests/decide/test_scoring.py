@@ -1,5 +1,5 @@
 from agent.decide.scoring import score_prediction
-from agent.record.events import Decision, Prediction, Score, Verdict
+from agent.record.events import Decision, Direction, Prediction, Score, Verdict
 from agent.record.state import calibration
 
 PREDICTION = Prediction("improve", -0.03, (-0.06, -0.01), 0.8)
@@ -10,7 +10,7 @@ def decision(effect, interval=None):
 
 
 def test_improvement_on_minimised_metric_is_negative_delta():
-    score = score_prediction(PREDICTION, decision(0.04, (0.01, 0.07)), "minimize")
+    score = score_prediction(PREDICTION, decision(0.04, (0.01, 0.07)), Direction.MINIMIZE)
     assert score.measured_delta == -0.04
     assert score.measured_direction == "improve" and score.direction_right
     assert score.covered
@@ -18,15 +18,15 @@ def test_improvement_on_minimised_metric_is_negative_delta():
 
 
 def test_interval_through_zero_means_same():
-    score = score_prediction(PREDICTION, decision(0.004, (-0.02, 0.03)), "minimize")
+    score = score_prediction(PREDICTION, decision(0.004, (-0.02, 0.03)), Direction.MINIMIZE)
     assert score.measured_direction == "same"
     assert not score.direction_right and not score.covered
 
 
 def test_nothing_to_score_without_effect_or_prediction():
-    assert score_prediction(PREDICTION, decision(None), "minimize") is None
-    assert score_prediction(PREDICTION, None, "minimize") is None
-    assert score_prediction(None, decision(0.1), "minimize") is None
+    assert score_prediction(PREDICTION, decision(None), Direction.MINIMIZE) is None
+    assert score_prediction(PREDICTION, None, Direction.MINIMIZE) is None
+    assert score_prediction(None, decision(0.1), Direction.MINIMIZE) is None
 
 
 def test_calibration_counts_coverage():

@@ -13,6 +13,7 @@ import pytest
 
 from agent.decide.decision import Decision, Evidence, RunMore, Verdict, pooled_sd
 from agent.decide.sequential import SequentialRule, efficacy_boundaries, gls_difference
+from agent.record.records import Direction
 
 
 class Loop:
@@ -54,7 +55,7 @@ class Loop:
         for _ in range(50):
             sd, dof = pooled_sd(list(self.values.values()))
             batch = self.rng.choice(self.batches) if self.batches else 1
-            out = self.rule.next(Evidence("minimize", dict(cand), dict(self.reference), sd, dof,
+            out = self.rule.next(Evidence(Direction.MINIMIZE, dict(cand), dict(self.reference), sd, dof,
                                           tuple(self.history),
                                           looks=tuple(looks) if self.batches else None, batch=batch))
             if isinstance(out, Decision):
@@ -188,7 +189,7 @@ def test_seed_plans_keep_calibration_and_selection_seeds_apart():
 
 def test_the_rule_is_a_pure_function_of_the_evidence():
     rule = SequentialRule()
-    ev = Evidence("minimize", {1000: 0.9, 1001: 0.8}, {0: 1.0, 1: 1.2, 2: 1.1, 3: 0.9,
+    ev = Evidence(Direction.MINIMIZE, {1000: 0.9, 1001: 0.8}, {0: 1.0, 1: 1.2, 2: 1.1, 3: 0.9,
                                                       1000: 1.05, 1001: 1.1}, 0.1, 20)
     first, again = rule.next(ev), SequentialRule().next(ev)
     assert first == again
@@ -205,8 +206,8 @@ def test_decision_records_effect_interval_p_value_and_seeds():
 
 
 def test_maximized_metrics_flip_the_sign_of_the_effect():
-    ev_min = Evidence("minimize", {1000: 0.5}, {0: 1.0, 1: 1.1, 2: 0.9, 3: 1.0, 1000: 1.0}, 0.1, 50)
-    ev_max = Evidence("maximize", {1000: 0.5}, {0: 1.0, 1: 1.1, 2: 0.9, 3: 1.0, 1000: 1.0}, 0.1, 50)
+    ev_min = Evidence(Direction.MINIMIZE, {1000: 0.5}, {0: 1.0, 1: 1.1, 2: 0.9, 3: 1.0, 1000: 1.0}, 0.1, 50)
+    ev_max = Evidence(Direction.MAXIMIZE, {1000: 0.5}, {0: 1.0, 1: 1.1, 2: 0.9, 3: 1.0, 1000: 1.0}, 0.1, 50)
     assert SequentialRule().next(ev_max).verdict is Verdict.DISCARD
     assert not isinstance(SequentialRule().next(ev_min), Decision) or \
         SequentialRule().next(ev_min).verdict is not Verdict.DISCARD

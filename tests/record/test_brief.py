@@ -7,9 +7,10 @@ from agent.record.brief import CHUNK, MAX_HISTORY_CHARS, RECENT, EvaluationPlan,
 from agent.record.events import (Decision, DecisionMade, ExperimentInvalid, ExperimentProposed, LoopStarted,
                                  Prediction, RunFinished, RunStoppedEarly, Score, Verdict)
 from agent.record.ledger import Ledger
+from agent.record.records import Direction
 from sandbox import Status
 
-PLAN = EvaluationPlan(metric="val_bpb", direction="minimize", budget_s=60, seeds_baseline=6, seeds_screen=1,
+PLAN = EvaluationPlan(metric="val_bpb", direction=Direction.MINIMIZE, budget_s=60, seeds_baseline=6, seeds_screen=1,
                 seeds_max=8, alpha=0.04, min_effect=0.001, rule="sequential")
 METRICS = {"steps": 1200, "tokens_per_s": 45_000.0, "peak_memory_mb": 812.0, "grad_norm": 0.42,
            "mfu": 0.31, "device": "cuda", "split": "val", "knobs": {"LR": 0.01}}
@@ -46,11 +47,11 @@ def night(tmp_path, n: int, keep_every: int = 17) -> Ledger:
 
 def test_an_experiment_line_speaks_the_predictions_sign_convention(tmp_path):
     state = night(tmp_path, 1).state
-    line = experiment_line(state.experiments["e0001"], "minimize")
+    line = experiment_line(state.experiments["e0001"], Direction.MINIMIZE)
     # the rule's effect +0.02 is an improvement; as candidate − incumbent it is −0.02
     assert line.startswith("e0001 discard Δ-0.0200 [-0.0350, -0.0050] n=4 p=0.012")
     assert "pred -0.0100 [-0.0300, +0.0100]@80% held" in line and line.endswith("| idea 1")
-    assert experiment_line(state.experiments["e0001"], "maximize").startswith("e0001 discard Δ+0.0200 [+0.0050, +0.0350]")
+    assert experiment_line(state.experiments["e0001"], Direction.MAXIMIZE).startswith("e0001 discard Δ+0.0200 [+0.0050, +0.0350]")
 
 
 def test_the_brief_holds_the_test_the_device_the_incumbents_runs_and_its_log(tmp_path):
@@ -99,7 +100,7 @@ def test_a_discard_stopped_early_reads_as_one_never_as_a_measurement(tmp_path):
     ledger.append(DecisionMade(id="e0001", commit="c0000001", incumbent="base0000", verdict=Verdict.DISCARD,
                                reason="a discard stopped early at 50%",
                                decision=Decision(verdict=Verdict.DISCARD, rule="early_stop")))
-    line = experiment_line(ledger.state.experiments["e0001"], "minimize")
+    line = experiment_line(ledger.state.experiments["e0001"], Direction.MINIMIZE)
     # what its curve predicted, in the prediction's convention (candidate − incumbent), labelled
     assert line.startswith("e0001 discard stopped early at 50% (its curve predicted Δ+0.3100 "
                            "[+0.1700, +0.4500]; not a measurement)"), line

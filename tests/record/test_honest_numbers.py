@@ -13,6 +13,7 @@ from agent.cli.display import print_status
 from agent.record.events import (Decision, DecisionMade, ExperimentProposed, LoopStarted,
                                  Prediction, RunFinished, RunStarted, Verdict)
 from agent.record.ledger import Ledger
+from agent.record.records import Direction
 from agent.record.views import TSV_FILE, write_tsv
 from agent.review.report import build_context
 from sandbox import Status
@@ -83,7 +84,7 @@ def test_status_prints_the_incumbent_fresh_or_not_yet_measured(tmp_path):
     assert "incumbent bbbbbbbb  val_bpb 2.0050" in text and "fresh seeds" in text
     assert "selection mean 1.9000 over 2 seeds (biased low by selection)" in text   # val_bpb is minimized
     console = Console(record=True, width=200)
-    print_status(console, tmp_path / "measured", "accuracy", direction="maximize")
+    print_status(console, tmp_path / "measured", "accuracy", direction=Direction.MAXIMIZE)
     assert "(biased high by selection)" in console.export_text()
     kept_night(tmp_path / "not_yet", fresh=False)
     text = status_text(tmp_path / "not_yet")

@@ -13,7 +13,9 @@ import torch
 
 from agent.record.ledger import Ledger
 from agent.run.data import PreparedData
-from agent.record.provenance import (compare_environments, environment, fingerprint, read_provenance)
+from agent.record.events import Role
+from agent.record.provenance import (Provenance, compare_environments, environment, fingerprint,
+                                     read_provenance)
 from agent.run.executor import RunExecutor
 from agent.run.plan import RunPlan
 from agent.workspace.repo import Workspace
@@ -64,28 +66,28 @@ def test_provenance_sits_next_to_the_result_and_names_the_run(recorded):
     record, event = recorded["record"], recorded["event"]
     assert event.status == "ok" and event.metric == pytest.approx(9.0)
     assert (recorded["run_dir"] / "out" / "result.json").exists()
-    assert record["commit"] == recorded["commit"]
-    assert record["parent"] == git(recorded["root"], "rev-parse", "main")
-    assert (record["seed"], record["role"], record["experiment"]) == (7, "candidate", "e0001")
-    assert (record["budget_s"], record["grace_s"], record["split"]) == (3.0, 30.0, "val")
-    assert record["command"] == "python train.py"
-    assert record["sandbox"]["backend"] == "local"
-    assert record["data_meta"]["corpus_hash"] == "abc123"
-    assert record["determinism"]["seed"] == 7
-    assert record["determinism"]["run_env"] == {"PYTHONHASHSEED": "0"}
-    assert record["started_at"] <= record["ended_at"]
+    assert record.commit == recorded["commit"]
+    assert record.parent == git(recorded["root"], "rev-parse", "main")
+    assert (record.seed, record.role, record.experiment) == (7, "candidate", "e0001")
+    assert (record.budget_s, record.grace_s, record.split) == (3.0, 30.0, "val")
+    assert record.command == "python train.py"
+    assert record.sandbox["backend"] == "local"
+    assert record.data_meta["corpus_hash"] == "abc123"
+    assert record.determinism["seed"] == 7
+    assert record.determinism["run_env"] == {"PYTHONHASHSEED": "0"}
+    assert record.started_at <= record.ended_at
 
 
 def test_digests_are_of_the_files_at_the_commit(recorded):
     record = recorded["record"]
     target = SCRIPT.format(lr=0.02).encode()
-    assert record["target_digest"] == {"train.py": hashlib.sha256(target).hexdigest()}
-    assert record["protected_digests"] == {
+    assert record.target_digest == {"train.py": hashlib.sha256(target).hexdigest()}
+    assert record.protected_digests == {
         "prepare.py": hashlib.sha256(b"# the fixed evaluation\n").hexdigest()}
 
 
 def test_environment_matches_the_running_interpreter(recorded):
-    env = recorded["record"]["environment"]
+    env = recorded["record"].environment
     assert env["python"] == platform.python_version()
     assert env["torch"] == torch.__version__
     assert env["numpy"] == numpy.__version__
@@ -95,7 +97,7 @@ def test_environment_matches_the_running_interpreter(recorded):
     assert env["hostname"] == socket.gethostname()
     assert env["nightshift"]
     # the ledger carries the fingerprint and where the full record is
-    assert recorded["event"].env_fingerprint == recorded["record"]["env_fingerprint"] == fingerprint(env)
+    assert recorded["event"].env_fingerprint == recorded["record"].env_fingerprint == fingerprint(env)
     assert recorded["event"].provenance == f"runs/{recorded['event'].run_id}/provenance.json"
 
 
@@ -103,16 +105,26 @@ def test_the_diff_applied_to_the_parent_gives_the_commit(recorded, tmp_path):
     record, root = recorded["record"], recorded["root"]
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "-q", str(root), str(clone)], check=True)
-    git(clone, "checkout", "-q", record["parent"])
+    git(clone, "checkout", "-q", record.parent)
     patch = tmp_path / "change.diff"
-    patch.write_text(record["diff"])
+    patch.write_text(record.diff)
     git(clone, "apply", "--index", str(patch))
-    assert git(clone, "write-tree") == git(root, "rev-parse", f"{record['commit']}^{{tree}}")
+    assert git(clone, "write-tree") == git(root, "rev-parse", f"{record.commit}^{{tree}}")
+
+
+def test_the_record_reads_back_what_was_written_and_old_records_too(recorded):
+    written = json.loads((recorded["run_dir"] / "provenance.json").read_text())
+    assert json.loads(json.dumps(Provenance.from_dict(written).to_dict(), default=str)) == written
+    assert recorded["record"].role == Role.CANDIDATE
+    old = Provenance.from_dict({"run_id": "r1", "commit": "c" * 40, "diff": "+x", "environment": {"python": "3.11"},
+                                "data_meta": None, "a_key_from_a_newer_harness": 1})
+    assert (old.diff, old.environment, old.data_meta, old.seed, old.role) == ("+x", {"python": "3.11"}, {}, None, None)
 
 
 def test_comparing_environments_lists_material_and_informational_changes(recorded):
-    original = recorded["record"]
+    original = recorded["record"].to_dict()
     assert compare_environments(original, original) == []
+    assert compare_environments(recorded["record"], original) == []   # the record or its JSON
     changed = json.loads(json.dumps(original))
     changed["environment"].update(torch="9.9", hostname="elsewhere", gpus=["NVIDIA H100, 550.1"])
     changed["data_meta"]["corpus_hash"] = changed["data_hash"] = "other"   # data_hash: what the runs saw

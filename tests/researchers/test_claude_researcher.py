@@ -11,6 +11,7 @@ from pathlib import Path
 import anthropic
 import pytest
 
+from agent.record.records import Direction
 from agent.researchers.base import ResearchContext, ResearcherError
 from agent.researchers.claude import ClaudeResearcher, ProposalRejected
 from agent.researchers.settings import DEFAULT_CLAUDE_MODEL as DEFAULT_MODEL
@@ -43,7 +44,7 @@ def make_context(**overrides: object) -> ResearchContext:
     values = dict(
         program_text="Lower val_bpb on the tiny model.", target=TARGET, incumbent_source=SOURCE,
         incumbent_commit="0123456789abcdef" * 2, protected={"train/prepare.py": PREPARE},
-        ledger_summary="", metric="val_bpb", direction="minimize", noise_sd=0.01,
+        ledger_summary="", metric="val_bpb", direction=Direction.MINIMIZE, noise_sd=0.01,
         incumbent_value=1.0, experiment_index=1,
     )
     return ResearchContext(**(values | overrides))

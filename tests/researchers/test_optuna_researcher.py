@@ -4,6 +4,7 @@ from pathlib import Path
 import optuna
 import pytest
 
+from agent.record.records import Direction
 from agent.target.knobs import knob_values, parse_knobs
 from agent.researchers.prediction_stats import TriedConfig, knob_distance, predict_delta
 from agent.record.state import Experiment
@@ -24,7 +25,7 @@ def context(index: int, source: str = SOURCE, hypotheses=(), noise_sd=0.01,
             incumbent_value=1.0) -> ResearchContext:
     return ResearchContext(
         program_text="", target="train.py", incumbent_source=source, incumbent_commit="c0",
-        protected={}, ledger_summary="", metric="val_bpb", direction="minimize",
+        protected={}, ledger_summary="", metric="val_bpb", direction=Direction.MINIMIZE,
         noise_sd=noise_sd, incumbent_value=incumbent_value, experiment_index=index,
         hypotheses=tuple(hypotheses))
 
@@ -171,12 +172,12 @@ def test_the_gp_follows_the_measured_landscape_and_scales_its_prior_with_the_mov
     (lr,) = parse_knobs("LR = 1e-3  # search: log(1e-4, 1e-1)\n")
     history = [TriedConfig({"LR": v}, value) for v, value in
                [(1e-4, 1.30), (2e-4, 1.28), (1e-3, 1.00), (1.2e-3, 1.01), (5e-2, 1.50), (1e-1, 1.60)]]
-    common = dict(incumbent_value=1.0, noise_sd=0.01, direction="minimize")
+    common = dict(incumbent_value=1.0, noise_sd=0.01, direction=Direction.MINIMIZE)
     worse = predict_delta([lr], history, {"LR": 8e-2}, {"LR": 1e-3}, **common)
     assert worse.direction == "worsen" and 0.4 < worse.expected_delta < 0.7
     near = predict_delta([lr], history, {"LR": 1.1e-3}, {"LR": 1e-3}, **common)
     assert abs(near.expected_delta) < 0.05 * worse.expected_delta    # a small step, a small change
-    maximize = predict_delta([lr], history, {"LR": 8e-2}, {"LR": 1e-3}, **{**common, "direction": "maximize"})
+    maximize = predict_delta([lr], history, {"LR": 8e-2}, {"LR": 1e-3}, **{**common, "direction": Direction.MAXIMIZE})
     assert maximize.direction == "improve"
     small = predict_delta([lr], [], {"LR": 1.2e-3}, {"LR": 1e-3}, **common)
     large = predict_delta([lr], [], {"LR": 5e-2}, {"LR": 1e-3}, **common)
@@ -200,9 +201,9 @@ def test_a_night_starts_with_local_moves_near_the_incumbent_then_tpe(tmp_path):
 
 
 def test_direction_mismatch_with_the_stored_study_is_refused(tmp_path):
-    OptunaResearcher(tmp_path, direction="minimize")
+    OptunaResearcher(tmp_path, direction=Direction.MINIMIZE)
     with pytest.raises(ResearcherError, match="maximize"):
-        OptunaResearcher(tmp_path, direction="maximize")
+        OptunaResearcher(tmp_path, direction=Direction.MAXIMIZE)
 
 
 def test_a_target_without_knobs_stops_with_a_fix(tmp_path):
@@ -231,7 +232,7 @@ def test_knobs_declared_in_program_md_are_searched_in_a_yaml_config(tmp_path):
     researcher = OptunaResearcher(tmp_path, seed=2, knobs=declared)
     ctx = ResearchContext(
         program_text="", target="conf/train.yaml", incumbent_source=source, incumbent_commit="c0",
-        protected={}, ledger_summary="", metric="val_loss", direction="minimize",
+        protected={}, ledger_summary="", metric="val_loss", direction=Direction.MINIMIZE,
         noise_sd=0.01, incumbent_value=1.0, experiment_index=1)
     proposal = researcher.propose(ctx)
     before, after = yaml.safe_load(source), yaml.safe_load(proposal.source)

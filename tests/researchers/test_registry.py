@@ -3,6 +3,7 @@ import sys
 
 import pytest
 
+from agent.record.records import Direction
 from agent.researchers.base import ResearcherError
 from agent.researchers.optuna_researcher import OptunaResearcher
 from agent.researchers.registry import make_researcher, resolve_researcher_name
@@ -18,8 +19,8 @@ def test_auto_picks_claude_only_when_a_key_is_set():
 
 
 def test_makes_optuna_with_the_program_direction(tmp_path):
-    researcher = make_researcher("auto", state_dir=tmp_path / "state", direction="maximize", env={})
-    assert isinstance(researcher, OptunaResearcher) and researcher.direction == "maximize"
+    researcher = make_researcher("auto", state_dir=tmp_path / "state", direction=Direction.MAXIMIZE, env={})
+    assert isinstance(researcher, OptunaResearcher) and researcher.direction is Direction.MAXIMIZE
     assert (tmp_path / "state" / "optuna.db").exists()
 
 

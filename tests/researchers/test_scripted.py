@@ -4,6 +4,7 @@ import json
 import pytest
 import yaml
 
+from agent.record.records import Direction
 from agent.target.knobs import knob_values
 from agent.researchers.base import ResearchContext, ResearcherError
 from agent.researchers.scripted import ScriptedResearcher
@@ -17,7 +18,7 @@ ACT = "gelu"
 def context(index: int, source: str = SOURCE) -> ResearchContext:
     return ResearchContext(
         program_text="", target="train/train.py", incumbent_source=source, incumbent_commit="c0",
-        protected={}, ledger_summary="", metric="val_bpb", direction="minimize", noise_sd=0.02,
+        protected={}, ledger_summary="", metric="val_bpb", direction=Direction.MINIMIZE, noise_sd=0.02,
         incumbent_value=None, experiment_index=index)
 
 

@@ -14,6 +14,7 @@ import pytest
 from agent.record.events import (AblationChange, AblationPlanned, AblationRun, AblationSummary,
                                  DecisionMade, ExperimentProposed, LoopStarted, Verdict)
 from agent.record.ledger import Ledger, read_events
+from agent.record.records import Direction
 from agent.record.state import fold
 from agent.review.ablate import ABLATION_SEEDS, AblationError, plan_variants
 from agent.review.contributions import estimate, holm, leave_one_out
@@ -168,11 +169,11 @@ def test_the_statistics_pair_on_seeds_and_show_what_the_sum_misses():
     # two changes that each do the whole job: removing either alone costs nothing
     without = {"x": {s: incumbent[s] + 0.001 * (-1) ** s for s in seeds},
                "y": {s: incumbent[s] - 0.001 * (-1) ** s for s in seeds}}
-    found = leave_one_out(incumbent, base, without, "minimize")
+    found = leave_one_out(incumbent, base, without, Direction.MINIMIZE)
     assert found.gain.value == pytest.approx(0.5) and found.gain.excludes_zero
     assert not found.contributions["x"].excludes_zero and not found.contributions["y"].excludes_zero
     assert found.interaction.value == pytest.approx(0.5) and found.interaction.excludes_zero
-    maximised = leave_one_out(base, incumbent, {}, "maximize")
+    maximised = leave_one_out(base, incumbent, {}, Direction.MAXIMIZE)
     assert maximised.gain.value == pytest.approx(0.5)
     assert estimate({0: 1.0}).interval is None and estimate({}).value is None
     assert estimate({0: 0.2, 1: 0.2}).interval == (0.2, 0.2)

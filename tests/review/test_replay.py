@@ -12,6 +12,7 @@ from agent.record.events import (Decision, DecisionMade, ExperimentProposed, Loo
                                  Prediction, Verdict)
 from agent.program import load_program
 from agent.record.ledger import Ledger, read_events
+from agent.record.records import Direction
 from agent.record.state import fold
 from agent.review.replay import (FullScaleRuns, build_replayer, paired_effect, plan_targets,
                           reproduction, spearman)
@@ -191,9 +192,9 @@ def test_reproduction_interval_and_edge_cases():
 
 def test_paired_effect_is_positive_when_better_in_the_program_direction():
     parent, child = {0: 2.0, 1: 2.2}, {0: 1.9, 1: 2.0, 2: 5.0}
-    assert paired_effect(child, parent, "minimize")["effect"] == pytest.approx(0.15)
-    assert paired_effect(child, parent, "maximize")["effect"] == pytest.approx(-0.15)
-    assert paired_effect(child, {}, "minimize") is None
+    assert paired_effect(child, parent, Direction.MINIMIZE)["effect"] == pytest.approx(0.15)
+    assert paired_effect(child, parent, Direction.MAXIMIZE)["effect"] == pytest.approx(-0.15)
+    assert paired_effect(child, {}, Direction.MINIMIZE) is None
 
 
 def test_spearman_shows_an_inverted_ranking():

@@ -10,6 +10,7 @@ from agent.decide.early_stop import EarlyStopSettings
 from agent.decide.sequential import SequentialRule
 from agent.night.early_stops import MEAN, SAME_SEED, EarlyStopping, aligned, finished_pairs
 from agent.record.curves import Curve, CurvePoint, mean_curve
+from agent.record.records import Direction
 from agent.run.live import LiveCurves
 from agent.record.events import (ExperimentProposed, LoopStarted, Role, RunFinished, RunStarted,
                                  RunStoppedEarly)
@@ -119,7 +120,7 @@ def test_partners_and_pairs_come_from_the_ledger_alone():
                RunStarted(run_id="c2", commit=CAND, seed=1001, role=Role.CANDIDATE, experiment="e0001"),
                _run("c2", CAND, 1001, Role.CANDIDATE, 2.4, 2.4, "e0001")]
     state = fold(events)
-    stopping = EarlyStopping(EarlyStopSettings(), SequentialRule(), "minimize")
+    stopping = EarlyStopping(EarlyStopSettings(), SequentialRule(), Direction.MINIMIZE)
     same = stopping.partner(state, BASE, 1000)
     assert same.kind == SAME_SEED and same.final == 2.05
     mean = stopping.partner(state, BASE, 1001)          # the incumbent never ran seed 1001
@@ -135,11 +136,11 @@ def test_partners_and_pairs_come_from_the_ledger_alone():
                                              reached=0.5, gap=-0.2, predicted=-0.4, interval=(-0.6, -0.2),
                                              bound=-0.2, pairs=5, partner=SAME_SEED, saved_s=10.0),
                              _run("c3", CAND, 1002, Role.CANDIDATE, 2.5, 2.5, "e0001")])
-    assert len(finished_pairs(EarlyStopping(EarlyStopSettings(), SequentialRule(), "minimize"), stopped)) == 2
+    assert len(finished_pairs(EarlyStopping(EarlyStopSettings(), SequentialRule(), Direction.MINIMIZE), stopped)) == 2
 
 
 def test_reference_runs_are_never_judged_and_a_silent_candidate_is_said_unpaired_at_its_end():
-    stopping = EarlyStopping(EarlyStopSettings(), SequentialRule(), "minimize")
+    stopping = EarlyStopping(EarlyStopSettings(), SequentialRule(), Direction.MINIMIZE)
     state = fold([LoopStarted(tag="t", base_commit=BASE), ExperimentProposed(id="e0001", commit=CAND, parent=BASE)])
     reference = RunStarted(run_id="r", commit=BASE, seed=1000, role=Role.REFERENCE)
     curve = Curve(tuple(CurvePoint(f / 10, 9.0, f) for f in range(1, 10)))
@@ -150,7 +151,7 @@ def test_reference_runs_are_never_judged_and_a_silent_candidate_is_said_unpaired
     assert why.run_id == "q" and "no progress lines" in why.reason
     assert stopping.finished(silent) is None                       # once per run
     assert stopping.finished(_run("r2", BASE, 1, Role.REFERENCE, 2.0, 2.0)) is None
-    off = EarlyStopping(EarlyStopSettings(mode="off"), SequentialRule(), "minimize")
+    off = EarlyStopping(EarlyStopSettings(mode="off"), SequentialRule(), Direction.MINIMIZE)
     assert off.finished(silent) is None
 
 

@@ -39,6 +39,7 @@ from starlette.responses import (FileResponse, HTMLResponse, JSONResponse, Plain
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from agent.record.events import Direction
 from agent.record.ledger import LEDGER_FILE
 from agent.review.serve.files import served_file
 from agent.review.serve.tagview import TagView
@@ -64,7 +65,7 @@ class Site:
     results: Path
     tags: tuple[str, ...] | None = None
     metric: str | None = None
-    direction: str | None = None
+    direction: Direction | None = None
     repo: Path | None = None
     views: dict[str, TagView] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)

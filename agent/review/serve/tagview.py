@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.record.events import LoopStarted
+from agent.record.events import Direction, LoopStarted
 from agent.record.state import LoopState, fold
 from agent.review.report import build_context, render
 from agent.review.serve.live import LiveRuns, ProposalsWatch
@@ -39,7 +39,7 @@ class TagView:
     tag: str
     tag_dir: Path
     metric: str | None = None          # program.md's, when the ledger does not say
-    direction: str | None = None
+    direction: Direction | None = None
     repo: Path | None = None           # where diffs missing from provenance are looked up
     tail: LedgerTail = field(init=False)
     state: LoopState = field(default_factory=LoopState, init=False)
