@@ -166,7 +166,7 @@ class Night:
 def read_night(root: Path, wall_s: float) -> Night:
     """Keeps by their known effects and runs by share, from the night's ledger."""
     sys.path.insert(0, str(PROJECT))
-    from agent.record.events import LoopStarted, Verdict
+    from agent.record.events import Direction, LoopStarted, Verdict
     from agent.record.ledger import read_events
     from agent.record.state import fold
     from agent.review.efficiency import calibration_seeds, night_efficiency
@@ -181,7 +181,7 @@ def read_night(root: Path, wall_s: float) -> Night:
         if experiment.verdict == Verdict.KEEP:
             night.keeps[KIND[name]] += 1
             night.progress -= EFFECT[name]
-    figure = night_efficiency(state, started.program.get("direction", "minimize"),
+    figure = night_efficiency(state, started.program.get("direction", Direction.MINIMIZE),
                               calibration_seeds(started.program))
     night.runs, night.estimated = figure.counts(), figure.improvement
     return night

@@ -154,7 +154,7 @@ def incumbent_line(state: LoopState, metric: str, direction: Direction = Directi
     return line
 
 
-def efficiency_lines(state: LoopState, folder: Path, direction: str = "minimize") -> list[str]:
+def efficiency_lines(state: LoopState, folder: Path, direction: Direction | str = Direction.MINIMIZE) -> list[str]:
     """The night's efficiency (agent/review/efficiency.py): the estimated improvement per run
     and per run-hour, then where the runs went. Nothing before the first run."""
     from agent.review.efficiency import calibration_seeds, night_efficiency
