@@ -29,8 +29,8 @@ import numpy as np
 class Prior:
     """What a gap says before the night has pairs of its own, in the noise units above.
 
-    Measured on the 38 comparable pairs of real train.py runs in benchmarks/paired_curves.jsonl
-    (20-s budget, 2 cores; benchmarks/early_stop_replay.py prints the fit, benchmarks/curve_prior.py
+    Measured on the 38 comparable pairs of real train.py runs in benchmarks/early_stop/paired_curves.jsonl
+    (20-s budget, 2 cores; benchmarks/early_stop/early_stop_replay.py prints the fit, benchmarks/early_stop/curve_prior.py
     makes a prior from it): the least-squares slope was 1.19, 1.38 and 1.03 at 25 %, 50 % and
     75 % of the budget, the residual 1.19, 0.57 and 0.46. The prior takes
     - a slope of 1, at most each measured one (a slope overestimated would stop runs that carry
@@ -40,12 +40,12 @@ class Prior:
     - each checkpoint's residual plus a tenth, rounded up to a tenth (`residuals`, interpolated
       between checkpoints, held beyond): a curve shows more of a run's luck the further it has
       run; the tenth halves the stops a full run would not have made in the simulated nights
-      of benchmarks/curve_nights.py, whose curves tell less (1 in 24 nights, as before issue 29);
+      of benchmarks/early_stop/curve_nights.py, whose curves tell less (1 in 24 nights, as before issue 29);
     - an intercept of 0 (there, the typical change lost by 0.1–1.0 units even at a gap of 0: a
       prior that knew it would stop more);
     - the weight of `pseudo_pairs` pairs for the residual: a night whose pairs scatter more
       widely (a script whose curves tell less: nanoGPT's, by
-      benchmarks/collect_nanogpt_curves.py) widens it within a few pairs;
+      benchmarks/early_stop/collect_nanogpt_curves.py) widens it within a few pairs;
     - a small prior share, `other_share`, of a script unlike train.py: any slope within
       `other_slope_sd`. Below the bound's own tail (1/300 a checkpoint), so that it does not on
       its own forbid a stop before the night's first pair; a night whose pairs show another

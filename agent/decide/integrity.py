@@ -26,12 +26,12 @@ from agent.record.records import Probe, Verdict
 from sandbox import Status
 from sandbox.held_out import LABEL as HELD_OUT_SOURCE
 
-# ---- thresholds, each measured (benchmarks/integrity.py; docs/integrity.md) ----------------
+# ---- thresholds, each measured (benchmarks/grader/integrity.py; docs/integrity.md) ----------------
 # A candidate's training step may run this much longer than its paired incumbent's on the same
 # seed before it is over budget: both train for the budget by the script's clock, so honest
 # pairs differ only by startup, the last step, export and load. The allowance is measured in
 # the night: OVER_BUDGET_FLOOR_S (a bigger model's longer export and last step: honest pairs
-# on idle cores differed by up to 1.75 s at a 20-s budget, benchmarks/paired_curves.jsonl)
+# on idle cores differed by up to 1.75 s at a 20-s budget, benchmarks/early_stop/paired_curves.jsonl)
 # plus OVER_BUDGET_SPREADS times the robust sd of the incumbent's own training steps across its
 # runs (startup and load: 0.3 s on idle cores, seconds on shared ones). With fewer than three
 # incumbent runs it is the floor plus OVER_BUDGET_UNMEASURED of the budget.

@@ -189,7 +189,7 @@ def suggest_settings(values_per_commit: Mapping[Any, Values], alpha: float = 0.0
             "baseline": ("8 seeds: the noise estimate has under 8 degrees of freedom"
                          if baseline == 8 else "6 seeds (the default): a reference mean of 6 "
                          "runs keeps small effects detectable; 4 cost power in "
-                         "benchmarks/decisions.py"),
+                         "benchmarks/keep_rule/decisions.py"),
             "screen": "one run, then stop candidates that look no better (futility)",
             "max": (f"smallest n whose detectable effect at power {power:g} is ≤ "
                     f"{target:.4g} (capped at {max_seeds_cap}, at least 3)"),

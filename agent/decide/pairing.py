@@ -17,7 +17,7 @@ Two sources, and what each may be used for:
   non-deterministic kernel). It bounds the shared part from *above* only: two different
   commits on one seed share at most what one commit shares with itself, and often much less
   (on the CPU proxy a re-run repeats half of a run's luck, while two commits share none of
-  it: benchmarks/noise_model.json). So a repeat can show that seeds cannot share much (and
+  it: benchmarks/sim/noise_model.json). So a repeat can show that seeds cannot share much (and
   pairing is not worth its runs), never that they do; only differences between commits
   can credit pairing.
 """

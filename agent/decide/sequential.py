@@ -195,7 +195,7 @@ class SequentialRule(DecisionRule):
     name = "sequential"
 
     # The settings program.md exposes default to program.md's defaults (one source of truth:
-    # benchmarks/decisions.py reports SequentialRule(), the loop runs what program.md says).
+    # benchmarks/keep_rule/decisions.py reports SequentialRule(), the loop runs what program.md says).
     def __init__(self, alpha: float = RuleSettings.alpha, min_effect: float = RuleSettings.min_effect,
                  baseline: int = SeedPlan.baseline, screen: int = SeedPlan.screen,
                  max_seeds: int = SeedPlan.max, fdr: str = RuleSettings.fdr,

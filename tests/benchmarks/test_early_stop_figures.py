@@ -1,6 +1,6 @@
 """The early-stop benchmarks count what they claim: the replay of recorded pairs
-(benchmarks/early_stop_replay.py) and the simulated nights with curves
-(benchmarks/curve_nights.py). Figures, not timings."""
+(benchmarks/early_stop/early_stop_replay.py) and the simulated nights with curves
+(benchmarks/early_stop/curve_nights.py). Figures, not timings."""
 from __future__ import annotations
 
 import json
@@ -11,9 +11,10 @@ import pytest
 
 from agent.decide.curve_forecast import PRIOR
 from agent.decide.early_stop import EarlyStopSettings
-from benchmarks import curve_nights, curve_prior
-from benchmarks.decisions import NoiseModel, World, draw_effect
-from benchmarks.early_stop_replay import (FormatError, baseline, ceilings, main, read_pairs, replay,
+from benchmarks.early_stop import curve_nights
+from benchmarks.early_stop import curve_prior
+from benchmarks.sim.nights import NoiseModel, World, draw_effect
+from benchmarks.early_stop.early_stop_replay import (FormatError, baseline, ceilings, main, read_pairs, replay,
                                           synthetic)
 
 
@@ -96,9 +97,9 @@ def test_simulated_nights_stop_losing_candidate_runs_and_never_prematurely(worke
 
 
 def test_the_default_prior_is_what_the_real_pairs_measure():
-    # agent/decide/curve_forecast.py's PRIOR is benchmarks/curve_prior.py's rule applied to
-    # benchmarks/paired_curves.jsonl: change either and this says so
-    pairs = read_pairs(Path(__file__).parents[2] / "benchmarks" / "paired_curves.jsonl")
+    # agent/decide/curve_forecast.py's PRIOR is benchmarks/early_stop/curve_prior.py's rule applied to
+    # benchmarks/early_stop/paired_curves.jsonl: change either and this says so
+    pairs = read_pairs(Path(__file__).parents[2] / "benchmarks" / "early_stop" / "paired_curves.jsonl")
     settings = EarlyStopSettings()
     lines = curve_prior.fit(pairs, settings, baseline(pairs, settings))
     assert [line.pairs for line in lines] == [38, 38, 38]

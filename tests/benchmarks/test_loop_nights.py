@@ -1,4 +1,4 @@
-"""benchmarks/loop_nights.py's target does what the benchmark counts on: each knob moves the
+"""benchmarks/keep_rule/loop_nights.py's target does what the benchmark counts on: each knob moves the
 metric by its known effect, a seed shifts every commit alike (seed_effect), a rerun by a
 jitter of sd 0.005, inert knobs do nothing, and the drift follows the clock. And the
 single-run rule it simulates keeps the wins."""
@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from benchmarks.loop_nights import (EFFECT, HARMFUL, INERT, LEVEL, NULLS, WINS, seed_effect,
+from benchmarks.keep_rule.loop_nights import (EFFECT, HARMFUL, INERT, LEVEL, NULLS, WINS, seed_effect,
                                     single_run, target_source)
 
 

@@ -1,12 +1,12 @@
 """The pairing benchmark's reference rules do what their rows claim
-(benchmarks/pairing_nights.py): the one-seed rule at level α keeps at most α of the
+(benchmarks/keep_rule/pairing_nights.py): the one-seed rule at level α keeps at most α of the
 no-effect candidates, many times fewer than the single run, its peer without a bar."""
 from __future__ import annotations
 
 import pytest
 
-from benchmarks.decisions import NoiseModel, simulate, summarize
-from benchmarks.pairing_nights import OneSeedAtLevel, rules
+from benchmarks.sim.nights import NoiseModel, simulate, summarize
+from benchmarks.keep_rule.pairing_nights import OneSeedAtLevel, rules
 
 
 @pytest.mark.parametrize("rho, tau", [(0.0, 0.47), (0.9, 0.0)])

@@ -175,7 +175,7 @@ def test_one_schedule_read_from_points_that_start_at_different_times_stays_paire
     # Two runs of one commit: the candidate printed its first line inside the 2 % warm-up,
     # the incumbent (slower to start) only after it. Only where both have points counts; held
     # flat before the incumbent's first point, its rate read as another schedule (31 % of the
-    # peak on a real null pair of benchmarks/paired_curves.jsonl).
+    # peak on a real null pair of benchmarks/early_stop/paired_curves.jsonl).
     schedule = lambda f: min(1.0, f / 0.02) if f < 0.4 else (1 - f) / 0.6  # noqa: E731
 
     def run(first: float) -> Curve:

@@ -3,7 +3,7 @@ fixes the run, never where it does not; comparisons close in time when the machi
 the null guarantee kept.
 
 Real parts only: the rule is driven as the loop drives it (tests/decide/test_paired_looks.py's
-Night; benchmarks/decisions.py's simulated nights), with metrics from
+Night; benchmarks/keep_rule/decisions.py's simulated nights), with metrics from
 `metric = level + seed effect (ρ) + commit × seed effect + jitter (τ) − drift·time`.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ from agent.decide.decision import Evidence, RunMore
 from agent.decide.noise import NoiseEstimate
 from agent.decide.sequential import SequentialRule, regime
 from agent.record.records import Decision, Verdict
-from benchmarks.decisions import NoiseModel, simulate, summarize
+from benchmarks.sim.nights import NoiseModel, simulate, summarize
 from tests.decide.test_paired_looks import Night
 
 
@@ -158,7 +158,7 @@ def test_inert_candidates_under_drift_are_compared_with_incumbent_runs_close_in_
 # ---- the guarantee ------------------------------------------------------------------------
 @pytest.mark.parametrize("rho, tau", [(0.9, 0.0), (0.0, 0.47)])
 def test_a_null_night_keeps_at_most_alpha_of_its_candidates(rho, tau):
-    # whole nights through benchmarks/decisions.py (keeps change the incumbent: in the paired
+    # whole nights through benchmarks/keep_rule/decisions.py (keeps change the incumbent: in the paired
     # regime the next candidates pair on its selecting runs)
     rule = SequentialRule()
     s = summarize(simulate("nightshift", "null", 3, 400, 11, NoiseModel(rho, tau), rule))

@@ -259,7 +259,7 @@ def test_gls_uses_pairing_only_when_seeds_share_noise():
 
 
 def test_the_benchmarked_defaults_are_what_the_loop_runs():
-    # benchmarks/decisions.py reports SequentialRule()'s defaults; the loop builds its rule
+    # benchmarks/keep_rule/decisions.py reports SequentialRule()'s defaults; the loop builds its rule
     # from program.md, whose shipped copy spells the defaults out: they must agree.
     from pathlib import Path
 

@@ -1,4 +1,4 @@
-"""The efficiency figure of a real night (agent/review/efficiency.py): benchmarks/loop_nights.py's
+"""The efficiency figure of a real night (agent/review/efficiency.py): benchmarks/keep_rule/loop_nights.py's
 target with known effects through the real CLI, then the figure against the runs the ledger
 holds, counted line by line from the file, and its estimate against the known effect."""
 import json
@@ -6,7 +6,7 @@ import json
 import pytest
 
 from agent.record.events import Verdict
-from benchmarks.loop_nights import EFFECT, run_night, target_source, write_repo
+from benchmarks.keep_rule.loop_nights import EFFECT, run_night, target_source, write_repo
 from tests.loop_helpers import loop_state
 
 pytestmark = pytest.mark.slow

@@ -178,7 +178,7 @@ def test_in_containers_at_15s_training_past_the_budget_rebuilt_val_and_code_in_a
     Python, so the standard-library sources are there to hide), at the quick start's budget.
     Twice the budget, since CI's cores are shared and the allowance grows with the spread it
     measures (25 % at 15 s is flagged on idle cores: tests/decide/test_integrity.py, and the
-    figures of benchmarks/integrity.py)."""
+    figures of benchmarks/grader/integrity.py)."""
     from sandbox.docker import connect
     from sandbox.image import build_host_image
 

@@ -1,6 +1,6 @@
 """The cost of the grader apart, and how often it flags an honest change.
 
-    python benchmarks/integrity.py [--overhead-runs 3] [--budget 60s]
+    python -m benchmarks.grader.integrity [--overhead-runs 3] [--budget 60s]
                                    [--experiments 20] [--night-budget 15s] [--skip-night]
 
 Two parts, both through the real CLI on a throw-away copy of the bundled target (local
@@ -26,17 +26,15 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agent.decide import integrity  # noqa: E402
-from agent.program import parse_duration  # noqa: E402
-from agent.record.events import Role  # noqa: E402
-from tests.loop_helpers import cli_env, loop_state, nightshift, project_repo  # noqa: E402
+from agent.decide import integrity
+from agent.program import parse_duration
+from agent.record.events import Role
+from tests.loop_helpers import cli_env, loop_state, nightshift, project_repo
 
 
 def overhead(work: Path, runs: int, budget: str) -> None:

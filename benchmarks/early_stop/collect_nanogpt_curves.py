@@ -1,7 +1,7 @@
 """Paired learning curves of real nanoGPT runs, step-budgeted and seeded: where load is not
-the noise. The same pairs file as benchmarks/collect_curves.py, for benchmarks/early_stop_replay.py.
+the noise. The same pairs file as benchmarks/early_stop/collect_curves.py, for benchmarks/early_stop/early_stop_replay.py.
 
-    python benchmarks/collect_nanogpt_curves.py NANOGPT_CHECKOUT OUT.jsonl [--pairs 15]
+    python -m benchmarks.early_stop.collect_nanogpt_curves NANOGPT_CHECKOUT OUT.jsonl [--pairs 15]
                                                 [--per-seed 5] [--iters 250] [--text FILE]
 
 A throw-away repository holds nanoGPT's own train.py, model.py, configurator.py, the
@@ -35,16 +35,15 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agent.night.session import build_session  # noqa: E402
-from agent.program import load_program  # noqa: E402
-from agent.record.curves import Curve  # noqa: E402
-from agent.record.events import Role, RunFinished  # noqa: E402
-from agent.researchers.knobs import set_knobs  # noqa: E402
-from agent.run.observer import QuietObserver  # noqa: E402
-from benchmarks.collect_curves import one, progress, run_record  # noqa: E402
-from tests.loop_helpers import PROJECT, make_repo, set_front_matter  # noqa: E402
+from agent.night.session import build_session
+from agent.program import load_program
+from agent.record.curves import Curve
+from agent.record.events import Role, RunFinished
+from agent.target.knobs import set_knobs
+from agent.run.observer import QuietObserver
+from benchmarks.early_stop.collect_curves import one, progress, run_record
+from tests.loop_helpers import PROJECT, make_repo, set_front_matter
 
 TARGET = "config/train_shakespeare_char.py"
 FILES = ("train.py", "model.py", "configurator.py", TARGET, "data/shakespeare_char/prepare.py")
@@ -171,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         session.close()
         shutil.rmtree(work, ignore_errors=True)
-    print(f"pairs in {args.out}; replay them: python benchmarks/early_stop_replay.py {args.out}")
+    print(f"pairs in {args.out}; replay them: python -m benchmarks.early_stop.early_stop_replay {args.out}")
     return 0
 
 

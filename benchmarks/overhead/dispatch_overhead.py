@@ -1,6 +1,6 @@
 """Dispatch overhead per run of each place to run: local workers, a Ray cluster, a Slurm cluster.
 
-    python benchmarks/dispatch_overhead.py [--runs 20] [--clusters local,ray,slurm]
+    python -m benchmarks.overhead.dispatch_overhead [--runs 20] [--clusters local,ray,slurm]
 
 One run at a time (latency, not throughput) of a script that only writes the time it started
 and ended, through the real `Workers` of each backend and the local sandbox. Two figures a run:
@@ -27,14 +27,13 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")   # Ray on loopback only
 
-from cluster.protocol import ClusterUnavailable, Job  # noqa: E402
-from cluster.select import make_workers  # noqa: E402
-from cluster.slurm_settings import SlurmSettings  # noqa: E402
-from sandbox.local import LocalRunner  # noqa: E402
-from sandbox.protocol import Limits, RunSpec, Status  # noqa: E402
+from cluster.protocol import ClusterUnavailable, Job
+from cluster.select import make_workers
+from cluster.slurm_settings import SlurmSettings
+from sandbox.local import LocalRunner
+from sandbox.protocol import Limits, RunSpec, Status
 
 SCRIPT = '''\
 import json, os, time
@@ -42,7 +41,7 @@ start = time.time()
 out = os.environ["NIGHTSHIFT_OUT"]
 json.dump({"val_bpb": 1.0, "t_start": start, "t_end": time.time()}, open(os.path.join(out, "result.json"), "w"))
 '''
-PROJECT = Path(__file__).resolve().parents[1]
+PROJECT = Path(__file__).resolve().parents[2]
 
 
 def job(root: Path, name: str, i: int) -> Job:

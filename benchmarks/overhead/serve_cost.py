@@ -1,6 +1,6 @@
 """What the live page costs the machine a night runs on, as a night grows.
 
-    python benchmarks/serve_cost.py [--experiments 100 500 2000] [--runs 8] [--browsers 4]
+    python -m benchmarks.overhead.serve_cost [--experiments 100 500 2000] [--runs 8] [--browsers 4]
 
 For synthetic nights of each size (tests/ledger_factory.py), prints:
 - render s: one build of the report's context and the page (what a ledger change costs the
@@ -17,21 +17,19 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agent.preflight.lock import TagLock  # noqa: E402
-from agent.record.events import RunStarted  # noqa: E402
-from agent.record.ledger import Ledger  # noqa: E402
-from agent.review.serve.app import Site  # noqa: E402
-from agent.review.serve.server import prepare  # noqa: E402
-from agent.review.serve.tagview import TagView  # noqa: E402
-from tests.ledger_factory import synthetic_night  # noqa: E402
+from agent.preflight.lock import TagLock
+from agent.record.events import RunStarted
+from agent.record.ledger import Ledger
+from agent.review.serve.app import Site
+from agent.review.serve.server import prepare
+from agent.review.serve.tagview import TagView
+from tests.ledger_factory import synthetic_night
 
 
 def with_runs_in_flight(tag: Path, runs: int) -> None:

@@ -1,4 +1,4 @@
-"""Simulated nights on N workers, for `benchmarks/decisions.py --workers 1 4 8`.
+"""Simulated nights on N workers, for `benchmarks/keep_rule/decisions.py --workers 1 4 8`.
 
 Time is measured in runs (one run ≈ 75 s: a 60 s budget plus start-up and evaluation), a
 night is `runs` of them per worker, and runs last 0.9–1.1 units so workers drift apart as
@@ -210,7 +210,7 @@ def single_run(workers: int, draw, world, rng: np.random.Generator,
 
 def parallel_cell(cell: tuple) -> dict[str, float]:
     """One (prior, rule, workers) cell of --workers: mean figures over its nights."""
-    from benchmarks.decisions import World, draw_effect
+    from benchmarks.sim.nights import World, draw_effect
 
     prior, name, workers, nights, runs, seed, noise = cell
     results = []

@@ -1,4 +1,4 @@
-"""Pairing at same-seed correlations 0, 0.5 and 0.9, for `benchmarks/decisions.py --pairing`.
+"""Pairing at same-seed correlations 0, 0.5 and 0.9, for `benchmarks/keep_rule/decisions.py --pairing`.
 
 The serial nights of decisions.py (400 runs, the same priors and common random numbers) in
 three noise settings: ρ = 0 with the fitted re-run jitter (the CPU proxy: a wall-clock
@@ -49,7 +49,7 @@ class OneSeedAtLevel:
     def __call__(self, prior, budget, rngs, noise):
         from scipy import stats
 
-        from benchmarks.decisions import night_single
+        from benchmarks.sim.nights import night_single
         margin = float(stats.norm.isf(self.alpha)) * math.sqrt(2 * (1 - self.rho))
         return night_single(prior, budget, rngs, noise, confirm=False, margin=margin)
 
@@ -67,7 +67,7 @@ def rules(rho: float, quick: bool = False) -> dict[str, SequentialRule | OneSeed
 
 
 def pairing_cell(cell: tuple) -> dict:
-    from benchmarks.decisions import NoiseModel, simulate, summarize
+    from benchmarks.sim.nights import NoiseModel, simulate, summarize
 
     prior, name, rho, tau, drift, nights, runs, seed = cell
     noise = NoiseModel(rho, min(tau, 1 - rho), drift)

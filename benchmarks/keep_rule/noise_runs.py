@@ -1,6 +1,6 @@
-"""Measure run-to-run noise of train/train.py for benchmarks/noise_model.json.
+"""Measure run-to-run noise of train/train.py for benchmarks/sim/noise_model.json.
 
-    python benchmarks/noise_runs.py OUT_DIR [--cpu-budget 30] [--gpu-budget 20] [--parallel 7]
+    python -m benchmarks.keep_rule.noise_runs OUT_DIR [--cpu-budget 30] [--gpu-budget 20] [--parallel 7]
 
 Two commits: A = train.py as is, B = LR doubled (3e-3 -> 6e-3). CPU runs are pinned two
 cores each (the 2-core CPU proxy; torch threads set to 2 in the copies), several side by
@@ -12,7 +12,7 @@ import argparse, json, os, re, shutil, subprocess, sys, tempfile, threading, tim
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ap = argparse.ArgumentParser()
 ap.add_argument("out"); ap.add_argument("--cpu-budget", type=float, default=30)
 ap.add_argument("--gpu-budget", type=float, default=20); ap.add_argument("--parallel", type=int, default=7)

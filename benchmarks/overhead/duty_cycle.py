@@ -1,9 +1,9 @@
 """Duty cycle: the share of worker time spent in runs, serial vs overlapped proposals, at 1, 2,
 4 and 8 workers; and the wall time to decide the same candidates at 1 vs 4 workers.
 
-    python benchmarks/duty_cycle.py [--run-s 6] [--think-s 0.6] [--workers 1 2 4 8]
-    python benchmarks/duty_cycle.py --speedup [--candidates 20] [--run-s 3]
-    RAY_ADDRESS=host:port python benchmarks/duty_cycle.py --cluster ray --workers 3
+    python -m benchmarks.overhead.duty_cycle [--run-s 6] [--think-s 0.6] [--workers 1 2 4 8]
+    python -m benchmarks.overhead.duty_cycle --speedup [--candidates 20] [--run-s 3]
+    RAY_ADDRESS=host:port python -m benchmarks.overhead.duty_cycle --cluster ray --workers 3
 
 The real loop (ledger, git workspace, snapshots, the local sandbox, the keep rule, the
 scheduler) runs sleep-based training scripts (each run sleeps `--run-s` and prints a noisy
@@ -20,22 +20,20 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agent.night.loop import StopRules  # noqa: E402
-from agent.night.session import build_session  # noqa: E402
-from agent.program import load_program  # noqa: E402
-from agent.record.events import Prediction  # noqa: E402
-from agent.record.views import utilisation  # noqa: E402
-from agent.researchers.base import Proposal, ResearchContext, Researcher  # noqa: E402
-from agent.run.observer import QuietObserver  # noqa: E402
-from agent.target.knobs import set_knobs  # noqa: E402
-from tests.loop_helpers import make_repo  # noqa: E402
+from agent.night.loop import StopRules
+from agent.night.session import build_session
+from agent.program import load_program
+from agent.record.events import Prediction
+from agent.record.views import utilisation
+from agent.researchers.base import Proposal, ResearchContext, Researcher
+from agent.run.observer import QuietObserver
+from agent.target.knobs import set_knobs
+from tests.loop_helpers import make_repo
 
 SCRIPT = '''\
 import json, os, random, time

@@ -1,6 +1,6 @@
 """How early stopping's prior is measured (agent/decide/curve_forecast.py's `Prior`): the
 line of a pair's final improvement on its mid-run loss gap, in noise units, over recorded pairs
-of real runs (benchmarks/early_stop_replay.py's pairs files), and the prior that line gives.
+of real runs (benchmarks/early_stop/early_stop_replay.py's pairs files), and the prior that line gives.
 
 The units are the rule's: a gap over √2 × the spread of the incumbent's curves across seeds
 there, a final over √2 × the spread of its finals (the incumbent's runs of the file stand for
@@ -13,15 +13,12 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from agent.decide.curve_forecast import PRIOR, Prior
 from agent.decide.early_stop import EarlyStopSettings, gap_at, why_unpaired
-
-if TYPE_CHECKING:
-    from benchmarks.early_stop_replay import Baseline, Pair
+from benchmarks.early_stop.pairs import Baseline, Pair
 
 
 @dataclass(frozen=True)
@@ -36,7 +33,7 @@ class Line:
     r2: float
 
 
-def fit(pairs: list["Pair"], settings: EarlyStopSettings, baseline: "Baseline") -> list[Line]:
+def fit(pairs: list[Pair], settings: EarlyStopSettings, baseline: Baseline) -> list[Line]:
     """At each checkpoint, the least-squares line over the pairs whose curves can be compared."""
     lines = []
     for checkpoint in settings.checkpoints:
@@ -64,7 +61,7 @@ def prior_from(lines: list[Line], base: Prior = PRIOR) -> Prior:
     return dataclasses.replace(base, slope=max(slope, 0.1), residuals=residuals)
 
 
-def split(pairs: list["Pair"]) -> tuple[list["Pair"], list["Pair"]]:
+def split(pairs: list[Pair]) -> tuple[list[Pair], list[Pair]]:
     """The pairs of the first half of the seeds, and of the rest (file order kept)."""
     keys = [pair.seed if pair.seed is not None else i for i, pair in enumerate(pairs)]
     seeds = list(dict.fromkeys(keys))
@@ -73,7 +70,7 @@ def split(pairs: list["Pair"]) -> tuple[list["Pair"], list["Pair"]]:
             [p for p, k in zip(pairs, keys) if k not in first])
 
 
-def describe(lines: list[Line], baseline: "Baseline", prior: Prior) -> list[str]:
+def describe(lines: list[Line], baseline: Baseline, prior: Prior) -> list[str]:
     out = [f"how telling a mid-run gap is, in noise units (a gap over {_units(baseline)}):"]
     for line in lines:
         out.append(f"  at {line.checkpoint:.0%}: final = {line.intercept:+.2f} + {line.slope:.2f} x gap "
@@ -84,7 +81,7 @@ def describe(lines: list[Line], baseline: "Baseline", prior: Prior) -> list[str]
     return out
 
 
-def _units(baseline: "Baseline") -> str:
+def _units(baseline: Baseline) -> str:
     gaps = ", ".join(f"{unit:.3f} at {c:.0%}" for c in sorted(baseline.noise.spread)
                      if (unit := baseline.noise.gap_unit(c)))
     return f"{gaps}; a final over {baseline.scale:.4f}"

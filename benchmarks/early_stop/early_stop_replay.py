@@ -1,8 +1,8 @@
 """Early stopping replayed on recorded pairs of real runs: what it saves and what it loses.
 
-    python benchmarks/early_stop_replay.py PAIRS.jsonl [--confidence 0.99] [--checkpoints 0.25 0.5 0.75]
+    python -m benchmarks.early_stop.early_stop_replay PAIRS.jsonl [--confidence 0.99] [--checkpoints 0.25 0.5 0.75]
                                            [--orders 20] [--prior-pairs 4] [--cross]
-    python benchmarks/early_stop_replay.py --synthetic OUT.jsonl [--pairs 60] [--seed 0]
+    python -m benchmarks.early_stop.early_stop_replay --synthetic OUT.jsonl [--pairs 60] [--seed 0]
 
 PAIRS.jsonl holds one pair a line, in the order the runs finished (a night's order): a
 candidate run and its incumbent's run on the same seed, both run to their full budget.
@@ -16,10 +16,10 @@ candidate run and its incumbent's run on the same seed, both run to their full b
 `points` are [budget fraction, step, training loss, learning rate or null] (the bundled
 train.py's step lines through sandbox/progress.py and agent/record/curves.py: fraction =
 `elapsed` / budget; a step-budgeted script's steps over the incumbent's, as
-benchmarks/collect_nanogpt_curves.py writes them); `final` is the run's metric; `run_s` its wall time, start-up and
+benchmarks/early_stop/collect_nanogpt_curves.py writes them); `final` is the run's metric; `run_s` its wall time, start-up and
 evaluation included (optional: without it a run counts as one unit, 0.1 of it start-up, 0.8
 training, 0.1 evaluation), and with `train_s`, `export_s`, `eval_s` (the training loop, the
-model's export, the evaluation step: benchmarks/collect_curves.py writes them) a stop at f
+model's export, the evaluation step: benchmarks/early_stop/collect_curves.py writes them) a stop at f
 costs run_s − (1 − f)·train_s − export_s − eval_s; `null` marks a pair whose candidate changes
 nothing that matters (a whitespace edit, a renamed variable), for the false-keep count;
 `change` is free text.
@@ -42,11 +42,11 @@ candidates, so that last figure cannot grow. With `--orders N` every figure is t
 shuffles of the pairs (the first is the file's order): which pairs calibrate the rule before a
 given one depends on the order, and one order is one draw of it.
 
-How telling the curves are, first (benchmarks/curve_prior.py): at each checkpoint, the
+How telling the curves are, first (benchmarks/early_stop/curve_prior.py): at each checkpoint, the
 least-squares line of the final improvement on the loss gap, in the rule's noise units, over
 the pairs that can be compared (same batch shape and schedule), and the prior of
 agent/decide/curve_forecast.py beside it; the default prior was measured that way on
-benchmarks/paired_curves.jsonl. So that the figures are not read only on the pairs the prior
+benchmarks/early_stop/paired_curves.jsonl. So that the figures are not read only on the pairs the prior
 was measured on, `--cross` also measures a prior on the pairs of half the seeds and replays
 the other half with it, both ways.
 """
@@ -63,85 +63,16 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from agent.decide.curve_forecast import PRIOR, CurveNoise, Prior  # noqa: E402
-from agent.decide.early_stop import (EarlyStopSettings, FinishedPair, Stop, curve_noise,  # noqa: E402
-                                     judge, why_unpaired)
-from agent.record.curves import Curve, CurvePoint  # noqa: E402
-from agent.record.records import Direction  # noqa: E402
-from benchmarks import curve_prior  # noqa: E402
+from agent.decide.curve_forecast import PRIOR, Prior
+from agent.decide.early_stop import EarlyStopSettings, FinishedPair, Stop, judge, why_unpaired
+from agent.record.curves import Curve
+from agent.record.records import Direction
+from benchmarks.early_stop import curve_prior
+from benchmarks.early_stop.pairs import FormatError, Pair, Run, baseline, read_pairs
 
 START, TRAIN = 0.1, 0.8      # a run's time without run_s: start-up, training, evaluation
 FUTILITY = 0.75              # the screen's futility boundary, in sds of a paired difference
 MIN_SCALE_PAIRS = 3          # pairs needed before the spread of final differences is known
-
-
-class FormatError(ValueError):
-    """A line of the pairs file that is not a pair; says which line and what is missing."""
-
-
-@dataclass(frozen=True)
-class Run:
-    curve: Curve
-    final: float
-    run_s: float | None
-    train_s: float | None = None      # its training loop, export and evaluation step, when known
-    export_s: float | None = None
-    eval_s: float | None = None
-
-
-@dataclass(frozen=True)
-class Pair:
-    candidate: Run
-    incumbent: Run
-    improvement: float        # the candidate's final improvement, in the metric's direction
-    null: bool
-    change: str
-    seed: int | None = None
-
-
-@dataclass(frozen=True)
-class Baseline:
-    """What a night measures before its first candidate, from the incumbent's runs: here the
-    file's incumbent runs, one a seed (benchmarks/collect_curves.py runs one incumbent on every
-    seed), as the reference runs of one commit."""
-
-    scale: float              # the sd of a final same-seed difference: √2 × the finals' sd
-    noise: CurveNoise         # the spread of their curves at each checkpoint
-
-
-def baseline(pairs: list[Pair], settings: EarlyStopSettings) -> Baseline:
-    runs = list({pair.seed if pair.seed is not None else i: pair.incumbent
-                 for i, pair in enumerate(pairs)}.values())
-    finals = [run.final for run in runs]
-    scale = math.sqrt(2.0) * statistics.stdev(finals) if len(finals) >= 2 else 0.0
-    return Baseline(scale, curve_noise([[run.curve for run in runs]], settings.checkpoints))
-
-
-def read_pairs(path: Path) -> list[Pair]:
-    pairs = []
-    for number, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            data = json.loads(line)
-            sign = Direction(data.get("direction", Direction.MINIMIZE)).sign
-            cand, inc = _run(data["candidate"]), _run(data["incumbent"])
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as error:
-            raise FormatError(f"{path}:{number}: not a pair ({error!r}); each line needs "
-                              f"candidate and incumbent with final and points (see --help)") from None
-        pairs.append(Pair(cand, inc, sign * (cand.final - inc.final), bool(data.get("null")),
-                          str(data.get("change", "")), data.get("seed")))
-    return pairs
-
-
-def _run(data: dict) -> Run:
-    points = tuple(CurvePoint(fraction=float(p[0]), step=None if p[1] is None else int(p[1]),
-                              loss=float(p[2]), lr=None if len(p) < 4 or p[3] is None else float(p[3]))
-                   for p in data["points"])
-    return Run(Curve(points, data.get("batch_shape"), data.get("total_steps")),
-               float(data["final"]), data.get("run_s"), data.get("train_s"), data.get("export_s"),
-               data.get("eval_s"))
 
 
 def replay(pairs: list[Pair], settings: EarlyStopSettings, prior: Prior = PRIOR) -> dict:
@@ -253,7 +184,7 @@ def _mean(values) -> float:
 
 
 def synthetic(path: Path, pairs: int, seed: int) -> None:
-    """A pairs file drawn from the curve model of benchmarks/curve_nights.py (one incumbent,
+    """A pairs file drawn from the curve model of benchmarks/early_stop/curve_nights.py (one incumbent,
     candidates of the large prior, a fifth of them null), to try the replay on."""
     rng = np.random.default_rng(seed)
     grid = np.arange(1, 41) / 40

@@ -1,6 +1,6 @@
-"""Paired learning curves of real train.py runs: the data benchmarks/early_stop_replay.py replays.
+"""Paired learning curves of real train.py runs: the data benchmarks/early_stop/early_stop_replay.py replays.
 
-    python benchmarks/collect_curves.py OUT.jsonl [--pairs 60] [--budget 30s] [--per-seed 5]
+    python -m benchmarks.early_stop.collect_curves OUT.jsonl [--pairs 60] [--budget 30s] [--per-seed 5]
                                         [--null-every 5] [--first-seed 1000]
 
 Every run goes through the harness itself: a throw-away copy of the bundled target, the local
@@ -33,14 +33,13 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agent.night.session import build_session  # noqa: E402
-from agent.program import load_program, parse_duration  # noqa: E402
-from agent.record.events import Direction, Role, RunFinished  # noqa: E402
-from agent.run.observer import QuietObserver  # noqa: E402
-from agent.target.knobs import knob_values, set_knobs  # noqa: E402
-from tests.loop_helpers import project_repo  # noqa: E402
+from agent.night.session import build_session
+from agent.program import load_program, parse_duration
+from agent.record.events import Direction, Role, RunFinished
+from agent.run.observer import QuietObserver
+from agent.target.knobs import knob_values, set_knobs
+from tests.loop_helpers import project_repo
 
 TARGET = "train/train.py"
 NULL = "null: a comment line"
@@ -169,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
             done.add((seed, change))
     finally:
         session.close()
-    print(f"{len(done)} pairs in {args.out}; replay them: python benchmarks/early_stop_replay.py {args.out}")
+    print(f"{len(done)} pairs in {args.out}; replay them: python -m benchmarks.early_stop.early_stop_replay {args.out}")
     return 0
 
 

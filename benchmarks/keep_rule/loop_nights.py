@@ -1,4 +1,4 @@
-"""The real loop on a target with known effects: `python -m benchmarks.loop_nights [--drift] [--nights N]`.
+"""The real loop on a target with known effects: `python -m benchmarks.keep_rule.loop_nights [--drift] [--nights N]`.
 
 Issue 29's regime, where a seed fixes the run (a GPU script): a tiny Python target, written
 into a temporary git repository, whose metric (val_bpb, minimised) is
@@ -45,7 +45,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-PROJECT = Path(__file__).resolve().parents[1]
+PROJECT = Path(__file__).resolve().parents[2]
 LEVEL = 2.0
 SEED_SD = 0.1
 RERUN_SD = 0.005
@@ -61,7 +61,7 @@ KIND = {**{k: "win" for k in WINS}, **{k: "harmful" for k in HARMFUL},
 EFFECT = {**WINS, **HARMFUL, **NULLS, **INERT}
 
 TARGET = '''\
-"""A synthetic target with known effects (benchmarks/loop_nights.py)."""
+"""A synthetic target with known effects (benchmarks/keep_rule/loop_nights.py)."""
 import json, os, random, time
 {knobs}
 SALT = {salt}            # the night's seed effects

@@ -1,6 +1,6 @@
 """Per-run overhead of the sandbox backends: a trivial script, N runs each, medians.
 
-    python benchmarks/sandbox_overhead.py [--runs 20] [--image nightshift:latest]
+    python -m benchmarks.overhead.sandbox_overhead [--runs 20] [--image nightshift:latest]
 
 Prints, side by side, the wall clock of `Runner.run` for the local and Docker backends and
 of a bare `subprocess.run` of the same script (no sandbox), and the overhead over bare.
@@ -17,9 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sandbox.protocol import Limits, RunSpec, SandboxUnavailable, Status  # noqa: E402
+from sandbox.protocol import Limits, RunSpec, SandboxUnavailable, Status
 
 SCRIPT = 'print("---"); print("val_bpb: 1.0")\n'
 

@@ -1,6 +1,6 @@
 """The baseline: val_bpb and throughput of the unmodified train/train.py over several seeds.
 
-    python benchmarks/baseline.py [--seeds 3] [--budget 60] [--corpus PATH] [--data-root DIR]
+    python -m benchmarks.train.baseline [--seeds 3] [--budget 60] [--corpus PATH] [--data-root DIR]
 
 Runs train.py under the run protocol, one seed after another (never side by side: they would
 share the cores and each would measure less), and prints per seed and overall: val_bpb (mean
@@ -27,9 +27,9 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")   # as train.py: measure the peak it can reach
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "train"))
-import prepare  # noqa: E402
+import prepare
 
 
 def busy_cpu_seconds() -> float | None:

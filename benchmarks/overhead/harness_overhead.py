@@ -1,7 +1,7 @@
 """Harness overhead: seconds per experiment spent outside the training process, at the start
 of a night and after thousands of experiments.
 
-    python benchmarks/harness_overhead.py [--experiments 10] [--history 2000] [--sandbox local]
+    python -m benchmarks.overhead.harness_overhead [--experiments 10] [--history 2000] [--sandbox local]
 
 Runs the real loop (CLI, ledger, git workspace, snapshot, optuna researcher, decision rule,
 sandbox) on a training script that does nothing but print a noisy metric, so almost all of
@@ -25,11 +25,10 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.ledger_factory import synthetic_night  # noqa: E402
-from tests.loop_helpers import cli_env, git_out, loop_state, make_repo  # noqa: E402
-from tests.night.test_keep_rule_loop import PROGRAM  # noqa: E402
+from tests.ledger_factory import synthetic_night
+from tests.loop_helpers import cli_env, git_out, loop_state, make_repo
+from tests.night.test_keep_rule_loop import PROGRAM
 
 # A metric that depends on the seed alone: every candidate ties with the incumbent on its seed
 # and stops at the screen, so both cases do the same work per experiment (one candidate run,
@@ -70,7 +69,7 @@ def night(repo: Path, tag: str, experiments: int, env: dict[str, str], reads_fil
     """Run `experiments` experiments on `tag`; the harness's share of the wall time."""
     before = {r.run_id for r in loop_state(repo, tag).runs} if (repo / "results" / tag).exists() else set()
     script = reads_file.with_suffix(".py")
-    script.write_text(COUNTER.format(project=str(Path(__file__).resolve().parents[1])))
+    script.write_text(COUNTER.format(project=str(Path(__file__).resolve().parents[2])))
     env = {**env, "NIGHTSHIFT_BENCH_READS": str(reads_file)}
     started = time.monotonic()
     done = nightshift_script(repo, script, ["run", "--tag", tag, "--max-experiments", str(experiments)], env)

@@ -1,15 +1,15 @@
-"""The table of `benchmarks/decisions.py --early-stop`: simulated nights with curves
-(benchmarks/curve_nights.py) per prior, stopper and worker count, side by side."""
+"""The table of `benchmarks/keep_rule/decisions.py --early-stop`: simulated nights with curves
+(benchmarks/early_stop/curve_nights.py) per prior, stopper and worker count, side by side."""
 from __future__ import annotations
 
 import numpy as np
 
-from benchmarks.curve_nights import RUN_S, STOPPERS, CurveModel, night
+from benchmarks.early_stop.curve_nights import RUN_S, STOPPERS, CurveModel, night
 
 
 def curve_cell(cell: tuple) -> dict:
     """One (prior, stopper, workers) cell of --early-stop: mean figures over its nights."""
-    from benchmarks.decisions import World, draw_effect
+    from benchmarks.sim.nights import World, draw_effect
 
     prior, stopper, workers, nights, runs, seed, noise = cell
     results = []

@@ -1,6 +1,6 @@
-"""Simulated nights with learning curves, for `benchmarks/decisions.py --early-stop`.
+"""Simulated nights with learning curves, for `benchmarks/keep_rule/decisions.py --early-stop`.
 
-The scheduler of benchmarks/parallel_nights.py (N workers, batched looks, superseding, the
+The scheduler of benchmarks/keep_rule/parallel_nights.py (N workers, batched looks, superseding, the
 real SequentialRule) with runs that print a curve while they train, so that a run can end
 before its budget. Time is in runs (one ≈ 75 s: 0.1 start-up, 0.8 training, 0.1 evaluation;
 each run lasts 0.9–1.1 of that); a run stopped at checkpoint c costs 0.1 + 0.8·c and skips

@@ -1,12 +1,12 @@
 """Where the LLM-free researcher searches: local moves first vs TPE from scratch.
 
-    python benchmarks/researcher_search.py [--nights 10] [--runs 150] [--seed 0]
+    python -m benchmarks.researchers.researcher_search [--nights 10] [--runs 150] [--seed 0]
 
 Simulated nights on a landscape shaped like a training script's knobs: the defaults are good
 but not best (the optimum sits a step or two away in a few knobs), and far moves are much
 worse (a learning rate ten times too high, a batch that does not fit the budget). The real
 OptunaResearcher proposes (the real study, knob parsing and predictions), the real
-SequentialRule decides on runs drawn from the noise model of benchmarks/decisions.py (σ = 1),
+SequentialRule decides on runs drawn from the noise model of benchmarks/keep_rule/decisions.py (σ = 1),
 with the loop's seeds and paired references. Both arms see the same landscapes and noise:
 
   local+tpe   today's default: 10 local moves in a trust region, then TPE (a third local)
@@ -21,22 +21,20 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agent.decide.decision import Evidence  # noqa: E402
-from agent.decide.sequential import SequentialRule  # noqa: E402
-from agent.record.events import Decision, Direction, Verdict  # noqa: E402
-from agent.record.state import Experiment  # noqa: E402
-from agent.researchers.base import Outcome, ResearchContext  # noqa: E402
-from agent.target.knobs import knob_values, parse_knobs  # noqa: E402
-from agent.researchers.optuna_researcher import OptunaResearcher  # noqa: E402
-from benchmarks.decisions import World, load_noise_model  # noqa: E402
+from agent.decide.decision import Evidence
+from agent.decide.sequential import SequentialRule
+from agent.record.events import Decision, Direction, Verdict
+from agent.record.state import Experiment
+from agent.researchers.base import Outcome, ResearchContext
+from agent.target.knobs import knob_values, parse_knobs
+from agent.researchers.optuna_researcher import OptunaResearcher
+from benchmarks.sim.nights import World, load_noise_model
 
 SOURCE = '''\
 N_LAYER = 4          # search: int(1, 12)

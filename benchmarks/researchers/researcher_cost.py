@@ -1,6 +1,6 @@
 """What an LLM researcher costs over a night, and how much of its prompt the cache serves.
 
-    python benchmarks/researcher_cost.py [--experiments 200] [--model claude-sonnet-5-5]
+    python -m benchmarks.researchers.researcher_cost [--experiments 200] [--model claude-sonnet-5-5]
 
 Simulates a night of the claude researcher against the strict fake Messages API (the real
 SDK, the real prompt, the real train/train.py and program.md as the incumbent and the brief),
@@ -20,26 +20,24 @@ from __future__ import annotations
 
 import argparse
 import random
-import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import anthropic  # noqa: E402
+import anthropic
 
-from agent.program import load_program  # noqa: E402
-from agent.record.brief import EvaluationPlan, build_brief  # noqa: E402
-from agent.record.events import (Decision, DecisionMade, ExperimentProposed, LoopStarted,  # noqa: E402
+from agent.program import load_program
+from agent.record.brief import EvaluationPlan, build_brief
+from agent.record.events import (Decision, DecisionMade, ExperimentProposed, LoopStarted,
                                  Prediction, RunFinished, Score, Usage, Verdict)
-from agent.record.ledger import Ledger  # noqa: E402
-from agent.researchers.base import ResearchContext  # noqa: E402
-from agent.researchers.claude import ClaudeResearcher  # noqa: E402
-from sandbox import Status  # noqa: E402
-from tests.fakes.anthropic_api import FakeAnthropic, message, text, thinking, tool_use  # noqa: E402
-from tests.fakes.prompt_cache import PromptCache  # noqa: E402
+from agent.record.ledger import Ledger
+from agent.researchers.base import ResearchContext
+from agent.researchers.claude import ClaudeResearcher
+from sandbox import Status
+from tests.fakes.anthropic_api import FakeAnthropic, message, text, thinking, tool_use
+from tests.fakes.prompt_cache import PromptCache
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PROGRAM = load_program(ROOT / "program.md")
 SOURCE = (ROOT / "train" / "train.py").read_text()
 PREPARE = (ROOT / "train" / "prepare.py").read_text()

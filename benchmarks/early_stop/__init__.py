@@ -1,0 +1,1 @@
+"""Early stopping: real curves collected, replayed, and simulated nights of curves."""

@@ -1,0 +1,1 @@
+"""The keep rule: simulated nights (decisions, pairing, workers) and real ones."""

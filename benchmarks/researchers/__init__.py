@@ -1,0 +1,1 @@
+"""Researchers: the LLM's prompt cost, and the search's progress."""

@@ -1,0 +1,1 @@
+"""The bundled train.py: its metric over seeds."""
