@@ -40,7 +40,7 @@ class Prior:
     - each checkpoint's residual plus a tenth, rounded up to a tenth (`residuals`, interpolated
       between checkpoints, held beyond): a curve shows more of a run's luck the further it has
       run; the tenth halves the stops a full run would not have made in the simulated nights
-      of benchmarks/early_stop/curve_nights.py, whose curves tell less (1 in 24 nights, as before issue 29);
+      of benchmarks/sim/worker_nights.py, whose curves tell less (1 in 24 nights, as before issue 29);
     - an intercept of 0 (there, the typical change lost by 0.1–1.0 units even at a gap of 0: a
       prior that knew it would stop more);
     - the weight of `pseudo_pairs` pairs for the residual: a night whose pairs scatter more

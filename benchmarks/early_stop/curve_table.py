@@ -1,10 +1,10 @@
 """The table of `benchmarks/keep_rule/decisions.py --early-stop`: simulated nights with curves
-(benchmarks/early_stop/curve_nights.py) per prior, stopper and worker count, side by side."""
+(benchmarks/sim/worker_nights.py) per prior, stopper and worker count, side by side."""
 from __future__ import annotations
 
 import numpy as np
 
-from benchmarks.early_stop.curve_nights import RUN_S, STOPPERS, CurveModel, night
+from benchmarks.sim.worker_nights import RUN_S, STOPPERS, CurveModel, night
 
 
 def curve_cell(cell: tuple) -> dict:

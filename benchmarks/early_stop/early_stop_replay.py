@@ -184,7 +184,7 @@ def _mean(values) -> float:
 
 
 def synthetic(path: Path, pairs: int, seed: int) -> None:
-    """A pairs file drawn from the curve model of benchmarks/early_stop/curve_nights.py (one incumbent,
+    """A pairs file drawn from the curve model of benchmarks/sim/worker_nights.py (one incumbent,
     candidates of the large prior, a fifth of them null), to try the replay on."""
     rng = np.random.default_rng(seed)
     grid = np.arange(1, 41) / 40

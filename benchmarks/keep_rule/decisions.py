@@ -30,7 +30,7 @@ drifting null nights (`--drift` σ over the night), and issue 29's targets met o
 
 With --early-stop [--workers 1 4]: nights whose runs print learning curves, today's rule
 (every run to its budget) beside early stopping (agent/decide/early_stop.py) and Optuna's
-MedianPruner on the same curves: decisions and progress per hour (benchmarks/early_stop/curve_nights.py).
+MedianPruner on the same curves: decisions and progress per hour (benchmarks/sim/worker_nights.py).
 
 With --workers: nights of the same wall-clock length (`--runs` runs per worker) on N workers,
 the loop's scheduler with batched looks and superseding (benchmarks/keep_rule/parallel_nights.py)

@@ -4,13 +4,14 @@ Time is measured in runs (one run ≈ 75 s: a 60 s budget plus start-up and eval
 night is `runs` of them per worker, and runs last 0.9–1.1 units so workers drift apart as
 they do. Two ways to use N workers:
 
-- nightshift: the loop's scheduler, in miniature. Up to N runs in flight; a free worker takes
+- nightshift: the loop's scheduler, in miniature (benchmarks/sim/worker_nights.py, the one
+  scheduler simulation, every run to its budget). Up to N runs in flight; a free worker takes
   the rule's requested seeds of pending candidates first (a batch of N // pending seeds per
   look, paired incumbent runs beside them), then the incumbent's reference seeds, then a new
   candidate's screen. The real SequentialRule decides, with the looks actually taken; a keep
   supersedes the candidates in flight (never kept on evidence against the old incumbent),
-  and each is re-applied onto the new incumbent as a new candidate with probability
-  `reapply` (its diff merges; its effect adds to the new incumbent's).
+  and each is re-applied onto the new incumbent as a new candidate with probability one half
+  (its diff merges; its effect adds to the new incumbent's).
 - single run (SkyPilot-style): every worker runs its own serial single-run loop on the shared
   branch: take the current incumbent, try a candidate once, keep it when its one value beats
   the best recorded so far. A candidate started before another was kept still competes with
@@ -19,16 +20,13 @@ they do. Two ways to use N workers:
 from __future__ import annotations
 
 import heapq
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from agent.decide.decision import Evidence, RunMore
 from agent.decide.sequential import SequentialRule
-from agent.record.events import Decision, Direction, Verdict
-
-RUN_S = 75.0
+from benchmarks.sim import worker_nights
+from benchmarks.sim.worker_nights import RUN_S
 
 
 @dataclass
@@ -42,139 +40,6 @@ class Result:
 
     def keep(self, gain: float) -> None:
         self.keeps["true" if gain > 1e-12 else "null" if gain > -1e-12 else "harmful"] += 1
-
-
-@dataclass
-class Candidate:
-    commit: int
-    level: float
-    gain: float                    # true improvement over the incumbent it runs against
-    history: tuple
-    values: dict[int, float] = field(default_factory=dict)
-    looks: list[int] = field(default_factory=list)
-    asked: RunMore | None = None
-
-
-def nightshift(rule: SequentialRule, workers: int, draw, world, rng: np.random.Generator,
-               runs_per_worker: int, reapply: float = 0.5) -> Result:
-    result, horizon = Result(), float(runs_per_worker)
-    level, incumbent, commit = 0.0, 0, 0
-    reference: dict[int, float] = {}
-    history: list[Decision] = []
-    pending: list[Candidate] = []
-    in_flight: dict[tuple[int, int], float] = {}          # (commit, seed) -> finish time
-    events: list[tuple[float, int, int, float]] = []      # (time, commit, seed, level)
-    groups: dict[int, list[float]] = {}
-    table: dict[int, dict[int, float]] = {}                # commit -> seed -> value (first)
-    repeats: list[tuple[float, float]] = []                # the night's same-seed repeat
-    repeat_wanted = list(rule.repeat_seeds())
-    waiting_reapply: list[float] = []                      # gains of superseded diffs to re-try
-    cancelled: set[int] = set()                            # superseded commits: runs stopped
-    now = 0.0
-
-    def start(c: int, seed: int, lvl: float) -> None:
-        finish = now + rng.uniform(0.9, 1.1)
-        in_flight[c, seed] = finish
-        heapq.heappush(events, (finish, c, seed, lvl))
-
-    def noise() -> tuple[float | None, int]:
-        ss = dof = 0
-        for values in groups.values():
-            if len(values) > 1:
-                mean = sum(values) / len(values)
-                ss += sum((v - mean) ** 2 for v in values)
-                dof += len(values) - 1
-        return (math.sqrt(ss / dof), dof) if dof else (None, 0)
-
-    def evidence(cand: Candidate) -> Evidence:
-        sd, dof = noise()
-        return Evidence(Direction.MINIMIZE, dict(cand.values), dict(reference), sd, dof, cand.history,
-                        looks=tuple(cand.looks), batch=max(1, workers // max(1, len(pending))),
-                        runs=table, repeats=tuple(repeats))
-
-    while True:
-        # decide what can be decided (the baseline first)
-        if all(s in reference for s in rule.baseline_seeds()):
-            for cand in list(pending):
-                asked = cand.asked
-                if asked and (any(s not in cand.values for s in asked.candidate_seeds)
-                              or any(s not in reference for s in asked.reference_seeds)):
-                    continue
-                step = rule.next(evidence(cand))
-                if isinstance(step, RunMore):
-                    if step.look is not None and step.look not in cand.looks:
-                        cand.looks.append(step.look)
-                    cand.asked = step
-                    continue
-                pending.remove(cand)
-                history.append(step)
-                if step.verdict is Verdict.KEEP:
-                    result.keep(cand.gain)
-                    level, incumbent = cand.level, cand.commit
-                    reference = {}
-                    for other in pending:       # measured against a gone incumbent
-                        result.superseded += 1
-                        cancelled.add(other.commit)
-                        for key in [k for k in in_flight if k[0] == other.commit]:
-                            del in_flight[key]      # its runs are stopped: the worker is free
-                        if rng.random() < reapply:
-                            waiting_reapply.append(other.gain)
-                    pending = []
-                    break
-        # fill free workers, most useful first
-        while now < horizon and len(in_flight) < workers:
-            wanted = None
-            for cand in pending:
-                asked = cand.asked
-                for s in (asked.candidate_seeds if asked else ()):
-                    if s not in cand.values and (cand.commit, s) not in in_flight:
-                        wanted = (cand.commit, s, cand.level)
-                        break
-                for s in (asked.reference_seeds if asked and wanted is None else ()):
-                    if s not in reference and (incumbent, s) not in in_flight:
-                        wanted = (incumbent, s, level)
-                        break
-                if wanted:
-                    break
-            if wanted is None:
-                for s in rule.baseline_seeds():
-                    if s not in reference and (incumbent, s) not in in_flight:
-                        wanted = (incumbent, s, level)
-                        break
-            if wanted is None and repeat_wanted and repeat_wanted[0] in reference \
-                    and (incumbent, -1 - repeat_wanted[0]) not in in_flight:
-                seed = repeat_wanted.pop(0)      # the baseline's same-seed repeat, once
-                wanted = (incumbent, -1 - seed, level)
-            if wanted is None:                   # a new candidate's screen
-                gain = waiting_reapply.pop(0) if waiting_reapply else draw()
-                commit += 1
-                result.candidates += 1
-                cand = Candidate(commit, level - gain, gain, tuple(history))
-                cand.asked = rule.next(evidence(cand))
-                pending.append(cand)
-                continue
-            start(*wanted)
-        if not events:
-            break
-        now, c, seed, lvl = heapq.heappop(events)
-        if c in cancelled:
-            continue
-        in_flight.pop((c, seed), None)
-        result.runs += 1
-        if seed < 0:                             # a repeat (seed −1 − s): jitter only
-            if c == incumbent and -1 - seed in reference:
-                repeats.append((reference[-1 - seed], world.run(c, lvl, -1 - seed)))
-            continue
-        value = world.run(c, lvl, seed)
-        table.setdefault(c, {}).setdefault(seed, value)
-        groups.setdefault(c, []).append(value)
-        if c == incumbent:
-            reference.setdefault(seed, value)
-        for cand in pending:
-            if cand.commit == c:
-                cand.values[seed] = value
-    result.progress, result.hours = -level, now * RUN_S / 3600
-    return result
 
 
 def single_run(workers: int, draw, world, rng: np.random.Generator,
@@ -219,7 +84,8 @@ def parallel_cell(cell: tuple) -> dict[str, float]:
         effects, streams = np.random.default_rng(key + [0]), np.random.default_rng(key + [1])
         world, timing = World(streams, noise), np.random.default_rng(key + [2])
         draw = lambda: draw_effect(prior, effects)  # noqa: E731
-        results.append(nightshift(SequentialRule(), workers, draw, world, timing, runs)
+        results.append(worker_nights.night("today", workers, draw, world, timing,
+                                           np.random.default_rng(key + [3]), runs)
                        if name == "nightshift" else single_run(workers, draw, world, timing, runs))
     mean = lambda xs: float(np.mean(xs))  # noqa: E731
     return {"progress": mean([r.progress for r in results]),

@@ -1,6 +1,6 @@
 """The early-stop benchmarks count what they claim: the replay of recorded pairs
 (benchmarks/early_stop/early_stop_replay.py) and the simulated nights with curves
-(benchmarks/early_stop/curve_nights.py). Figures, not timings."""
+(benchmarks/sim/worker_nights.py). Figures, not timings."""
 from __future__ import annotations
 
 import json
@@ -11,7 +11,7 @@ import pytest
 
 from agent.decide.curve_forecast import PRIOR
 from agent.decide.early_stop import EarlyStopSettings
-from benchmarks.early_stop import curve_nights
+from benchmarks.sim import worker_nights
 from benchmarks.early_stop import curve_prior
 from benchmarks.sim.nights import NoiseModel, World, draw_effect
 from benchmarks.early_stop.early_stop_replay import (FormatError, baseline, ceilings, main, read_pairs, replay,
@@ -85,12 +85,12 @@ def test_the_replay_reads_its_own_synthetic_files_and_refuses_others(tmp_path, c
 def test_simulated_nights_stop_losing_candidate_runs_and_never_prematurely(workers):
     key = [3, 0, workers]
     effects, streams = np.random.default_rng(key + [0]), np.random.default_rng(key + [1])
-    result = curve_nights.night(
+    result = worker_nights.night(
         "nightshift", workers, lambda: draw_effect("large", effects), World(streams, NoiseModel(0.0, 0.47)),
         np.random.default_rng(key + [2]), np.random.default_rng(key + [3]), runs_per_worker=60)
     assert result.stopped > 0 and result.premature == 0
     assert result.saved_time > 0 and result.decided <= result.candidates
-    today = curve_nights.night(
+    today = worker_nights.night(
         "today", workers, lambda: draw_effect("large", effects), World(streams, NoiseModel(0.0, 0.47)),
         np.random.default_rng(key + [2]), np.random.default_rng(key + [3]), runs_per_worker=60)
     assert today.stopped == 0 and today.saved_time == 0

@@ -1,7 +1,9 @@
-"""Simulated nights with learning curves, for `benchmarks/keep_rule/decisions.py --early-stop`.
+"""Simulated nights on N workers with learning curves: the one scheduler simulation, shared by
+`benchmarks.keep_rule.decisions --workers` (stopper "today": every run to its budget) and
+`--early-stop` (benchmarks/early_stop/curve_table.py).
 
-The scheduler of benchmarks/keep_rule/parallel_nights.py (N workers, batched looks, superseding, the
-real SequentialRule) with runs that print a curve while they train, so that a run can end
+The loop's scheduler in miniature (N workers, batched looks, superseding, the real
+SequentialRule) with runs that print a curve while they train, so that a run can end
 before its budget. Time is in runs (one ≈ 75 s: 0.1 start-up, 0.8 training, 0.1 evaluation;
 each run lasts 0.9–1.1 of that); a run stopped at checkpoint c costs 0.1 + 0.8·c and skips
 its evaluation. Three ways to treat a candidate run's curve:
@@ -101,6 +103,7 @@ class Result:
     candidate_time: float = 0.0      # worker time in candidate runs
     saved_time: float = 0.0          # worker time stopped runs did not use
     superseded: int = 0
+    runs: int = 0                    # runs started
 
 
 def night(stopper: str, workers: int, draw, world, rng: np.random.Generator, curves: np.random.Generator,
@@ -147,6 +150,7 @@ def night(stopper: str, workers: int, draw, world, rng: np.random.Generator, cur
     def start(c: int, seed: int, lvl: float, is_candidate: bool) -> None:
         nonlocal seq
         value = world.run(c, lvl, seed)
+        result.runs += 1
         run = Run(c, seed, is_candidate, now, rng.uniform(0.9, 1.1), value, curve_of(c, seed, value))
         running[c, seed] = run
         seq += 1
