@@ -165,7 +165,6 @@ class Night:
 
 def read_night(root: Path, wall_s: float) -> Night:
     """Keeps by their known effects and runs by share, from the night's ledger."""
-    sys.path.insert(0, str(PROJECT))
     from agent.record.events import Direction, LoopStarted, Verdict
     from agent.record.ledger import read_events
     from agent.record.state import fold

@@ -28,8 +28,7 @@ from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")   # as train.py: measure the peak it can reach
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "train"))
-import prepare
+from train import prepare
 
 
 def busy_cpu_seconds() -> float | None:
