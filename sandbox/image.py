@@ -183,8 +183,8 @@ def host_rootfs_tar() -> bytes:
     return buf.getvalue()
 
 
-def _changes(mode: ImageMode, extra_labels: dict[str, str] | None = None) -> list[str]:
-    labels = {LABEL_MODE: mode.value, **(extra_labels or {})}
+def _changes(mode: ImageMode | str, extra_labels: dict[str, str] | None = None) -> list[str]:
+    labels = {LABEL_MODE: ImageMode(mode).value, **(extra_labels or {})}
     label_args = " ".join(f"{key}={json.dumps(value)}" for key, value in labels.items())
     return [f"USER {SANDBOX_UID}:{SANDBOX_UID}", "WORKDIR /snapshot",
             "ENV LANG=C.UTF-8", f"LABEL {label_args}"]

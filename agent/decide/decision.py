@@ -151,14 +151,15 @@ class Difference:
 
 def mean_difference(a: dict[int, float], b: dict[int, float], level: float = 0.95) -> Difference:
     """How far mean(a) is from mean(b), seed -> value each. Paired over the seeds both
-    share when at least three do (a seed's share of the noise cancels), else Welch's
+    share when at least two do (a seed's share of the noise cancels; the baseline's two
+    calibration seeds are what a new incumbent shares with it by default), else Welch's
     interval over all the runs. For the morning's headline: the incumbent's fresh seeds
     against the baseline's, both measured after the fact, neither the runs that selected."""
     from scipy import stats
 
     estimate = statistics.fmean(a.values()) - statistics.fmean(b.values())
     common = sorted(set(a) & set(b))
-    if len(common) >= 3:
+    if len(common) >= 2:
         diffs = [a[s] - b[s] for s in common]
         centre, se, dof = statistics.fmean(diffs), statistics.stdev(diffs) / math.sqrt(len(diffs)), len(diffs) - 1
         estimate = centre

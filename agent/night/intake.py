@@ -101,7 +101,7 @@ class Intake:
         when it merges. Returns them (their runs are the loop's to stop)."""
         target = self.program.target
         new_source, old_source = self.workspace.read(target, kept.commit), self.workspace.read(target, old)
-        superseded = self.state.pending_experiments()
+        superseded = [e for e in self.state.pending_experiments() if e.parent != kept.commit]
         for other in superseded:
             merged = three_way_merge(old_source, new_source, self.workspace.read(target, other.commit))
             again = merged is not None and merged != new_source

@@ -188,8 +188,22 @@ class ResearchLoop:
                                   f"{self.state.incumbent[:8]}")
         for note in reconcile(self.workspace, self.state):
             self.observer.message(note)
+        for other in self._supersede_stale():
+            self.observer.message(f"{other.id}: superseded (the keep of its incumbent's successor was "
+                                  f"recorded while it ran against {other.parent[:8]})")
         for note in self.workers.notes:
             self.observer.message(note)
+
+    def _supersede_stale(self) -> list[Experiment]:
+        """A keep recorded just before a kill or Ctrl-C whose supersedes were not: the
+        candidates still pending against the incumbent it replaced are superseded now, as they
+        would have been (never judged on evidence against an incumbent that is gone)."""
+        stale = [e for e in self.state.pending_experiments() if e.parent != self.state.incumbent]
+        if not stale:
+            return []
+        kept = next(e for e in self.state.experiments.values()
+                    if e.commit == self.state.incumbent and e.verdict == Verdict.KEEP)
+        return self.intake.supersede(kept, kept.parent)
 
     def _stop(self, reason: str, code: ExitCode) -> str | None:
         """Record loop_stopped and rewrite the views; what could not be written, or None."""

@@ -158,6 +158,41 @@ def test_a_keep_supersedes_the_candidates_in_flight_and_reapplies_their_diffs(tm
 
 
 @pytest.mark.slow
+def test_a_keep_recorded_just_before_a_kill_supersedes_its_stale_candidates_on_resume(tmp_path):
+    """A kill (or Ctrl-C) between a keep's ledger line and the supersedes that follow it left a
+    candidate pending against the old incumbent; the resume used to judge it on that evidence
+    and refuse the keep in git ("does not descend from the branch head"). It is superseded now,
+    as it would have been."""
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([
+        {"knobs": {"LEVEL": 1.5}, "description": "much better, fast"},
+        {"knobs": {"LEVEL": 1.4, "DELAY": 4.0}, "description": "better still, slow"},
+    ]))
+    repo = repo_with(tmp_path)
+    env = cli_env(tmp_path / "data")
+    done = nightshift(repo, "run", "--tag", "k", "--workers", "4", "--researcher", "scripted",
+                      "--script", str(script), "--max-experiments", "2", env=env)
+    assert done.returncode in (0, 3), done.stdout + done.stderr
+    ledger = repo / "results" / "k" / "ledger.jsonl"
+    lines = ledger.read_text().splitlines(keepends=True)
+    keep = next(i for i, line in enumerate(lines)
+                if json.loads(line)["event"] == "decision" and json.loads(line)["verdict"] == "keep")
+    assert any(json.loads(line).get("verdict") == "superseded" for line in lines[keep + 1:])
+    ledger.write_text("".join(lines[:keep + 1]))       # killed right after the keep's line
+    resumed = nightshift(repo, "run", "--tag", "k", "--workers", "4", "--researcher", "scripted",
+                         "--script", str(script), "--max-experiments", "1", env=env)
+    assert resumed.returncode in (0, 3), resumed.stdout + resumed.stderr
+    assert "superseded (the keep of its incumbent's successor was recorded" in resumed.stdout
+    state = loop_state(repo, "k")
+    stale = state.experiments["e0002"]
+    assert stale.verdict == Verdict.SUPERSEDED and "was kept while this ran" in stale.decision.reason
+    for decision in state.decisions:                   # never kept against a gone incumbent
+        if decision.verdict == Verdict.KEEP:
+            assert decision.incumbent == state.experiments[decision.id].parent
+    assert_no_run_twice(state)
+
+
+@pytest.mark.slow
 def test_kill_9_with_four_runs_in_flight_resumes_with_nothing_lost_or_duplicated(tmp_path):
     repo = repo_with(tmp_path, delay="3.0")
     env = cli_env(tmp_path / "data")
