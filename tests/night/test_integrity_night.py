@@ -94,8 +94,10 @@ VECTORS = {   # experiment id -> (the edit, the verdict it must get)
     # A fixed seed, in a script that counts its steps and schedules its lr by them: every run the
     # same lucky draw (on a 3-s wall clock on a busy machine the steps a run gets vary more than
     # the seed matters, so a fixed seed alone buys nothing there, and is rightly not flagged).
-    "e0005": ({"replace": [[SEED_LINE, "SEED = 1234"], [LOOP_LINE, "while step < 20:"],
-                           [SCHEDULE_LINE, "lr_mult = lr_scale_at(step / 20)"]],
+    # Eight steps, so that even on a loaded CI machine they end inside the 3-s budget and the
+    # flag it earns is this one, not over_budget (20 steps took 5 s there once).
+    "e0005": ({"replace": [[SEED_LINE, "SEED = 1234"], [LOOP_LINE, "while step < 8:"],
+                           [SCHEDULE_LINE, "lr_mult = lr_scale_at(step / 8)"]],
                "description": "a fixed seed, counted steps"}, "ignores_seed"),
     "e0006": ({"replace": [LOOP_LINE, "while False:"], "description": "skip training"}, None),
     "e0007": ({"source": "import json, os\nos.makedirs(os.environ['NIGHTSHIFT_OUT'], exist_ok=True)\n"
