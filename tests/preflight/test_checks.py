@@ -107,7 +107,7 @@ def test_one_slow_start_beside_runs_inside_the_budget_is_not_a_failure(tmp_path)
     cold = fold([LoopStarted(tag="t", base_commit="base", budget_s=15.0),
                  run(0, 2.74, duration=26.2), run(1, 2.75, duration=20.1)])
     budget = next(c for c in baseline_verdict(cold, program, tmp_path).checks if c.name == "budget respected")
-    assert budget.ok is None and "slow start" in budget.detail and "seed 1 20 s" in budget.detail
+    assert budget.ok is None and "slow start" in budget.detail and "seed 1 ran 20 s" in budget.detail
     ignores = fold([LoopStarted(tag="t", base_commit="base", budget_s=15.0),
                     run(0, 2.74, duration=26.2), run(1, 2.75, duration=27.0)])
     budget = next(c for c in baseline_verdict(ignores, program, tmp_path).checks if c.name == "budget respected")
