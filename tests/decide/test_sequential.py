@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from agent.decide.decision import Decision, Evidence, RunMore, Verdict, pooled_sd
-from agent.decide.sequential import SequentialRule, efficacy_boundaries, gls_difference
+from agent.decide.sequential import SequentialRule
+from agent.decide.sequential_math import efficacy_boundaries, gls_difference
 from agent.record.records import Direction
 
 
