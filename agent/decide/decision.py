@@ -42,6 +42,13 @@ class Evidence:
                                           # seed -> when the incumbent's run on it landed (its
                                           # place in the night's runs, from the ledger; empty:
                                           # not known, every reference run counts alike)
+    incumbent_runs: Mapping[int, tuple[tuple[int, float], ...]] = field(default_factory=dict)
+                                          # seed -> every OK run of the incumbent on it, any
+                                          # role, as (place, metric) in landing order
+    candidate_order: Mapping[int, int] = field(default_factory=dict)
+                                          # seed -> the place of the candidate's run on it
+                                          # (with incumbent_runs: which incumbent runs came
+                                          # before and after it; empty: not known)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "direction", Direction(self.direction))
@@ -59,6 +66,8 @@ class RunMore:
     reference_seeds: tuple[int, ...] = ()
     reason: str = ""
     look: int | None = None       # the candidate seed count the rule looked at, if it looked
+    again_seeds: tuple[int, ...] = ()   # seeds the incumbent already ran, to run again now, after
+                                        # the candidate's run on them (a bracket: drift cancels)
 
 
 @dataclass(frozen=True)

@@ -24,11 +24,16 @@ records it, and a candidate follows the one its history recorded. Paired (a seed
 run): a keep may rest on one overwhelming pair, the incumbent's selecting runs are its
 references (no calibration stop after a keep), the screen asks more. Elsewhere: comparisons
 rest on incumbent runs close in time (`reference_order`), and confirming seeds are paired
-beside the candidate, so that a drifting machine does not pose as an effect.
+beside the candidate in alternating order (ABBA), so that a drifting machine does not pose
+as an effect. In the paired regime a keep that rests on an incumbent run made before the
+candidate's waits for the incumbent to run that seed again after it (a bracket), and the
+incumbent's value at the candidate's time is interpolated between the two
+(`at_candidate_time`).
 
 The estimate combines paired and unpaired incumbent runs by generalized least squares under
 `metric = commit level + seed effect (shared) + noise`, with the shared fraction estimated
-from the night's paired differences (agent.decide.noise). A rule is a pure function of the evidence.
+from the night's paired differences (agent.decide.noise); the boundaries and the estimate are
+agent/decide/sequential_math.py. A rule is a pure function of the evidence.
 """
 from __future__ import annotations
 
@@ -38,16 +43,15 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
-import numpy as np
-from scipy import optimize, special, stats
+from scipy import special
 
 from agent.decide import fdr as fdr_module
 from agent.decide import noise as noise_module
 from agent.decide.decision import DecisionRule, Evidence, RuleSettings, RunMore, SeedPlan
+from agent.decide.sequential_math import efficacy_boundaries, gls_difference
 from agent.record.events import Comparison, Decision, Verdict
 
 SEED_BLOCK = 1000      # pairing seeds of incumbent e live in [1000(e+1), 1000(e+2))
-_NO_BOUND = 12.0       # a z-boundary that is never crossed
 _LEVEL_GRID = (1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0)
 PAIRED_SHARE = 0.5     # a seed fixes at least half of a run (80% lower bound): "paired"
 UNPAIRED_SHARE = 0.1   # at most a tenth: "unpaired" (pairs do not pay for their runs)
@@ -74,99 +78,6 @@ def regime(estimate: noise_module.NoiseEstimate, share: float) -> str:
     if estimate.pair_dof >= 2 * noise_module.MIN_PAIR_DOF:
         return "unpaired"
     return "unknown"
-
-
-@functools.lru_cache(maxsize=1024)
-def efficacy_boundaries(alpha: float, info: tuple[float, ...], futility: tuple[float, ...],
-                        first_efficacy: int, spend_power: float,
-                        info_max: float | None = None) -> tuple[float, ...]:
-    """z-boundaries e_k so that P_H0(cross e_k at some look) <= alpha.
-
-    Canonical joint distribution of the looks (Z_k with corr sqrt(I_j/I_k)), binding futility
-    boundaries `futility[k]` (stop when Z_k <= f_k), error spent by `alpha·t^spend_power`
-    (t = I_k / info_max, the information fraction; info_max defaults to the last look's) from
-    look `first_efficacy` on, and never below the fixed-sample boundary z_(1-alpha) (unspent
-    error is then left unspent). Boundary k depends only on looks 0..k and info_max, so the
-    boundaries of the looks taken so far can be computed before later looks are known: the
-    Lan-DeMets property that lets batches of seeds land at any counts. Computed by recursive
-    numerical integration (Armitage, McPherson & Rowe 1969) on a Simpson grid. Pure; cached.
-    """
-    total = info_max or info[-1]
-    spent, bounds = 0.0, []
-    grid = weights = None
-    floor = float(stats.norm.isf(alpha))
-    for k, (ik, fk) in enumerate(zip(info, futility)):
-        lo = max(fk, -8.0)
-        if k == 0:
-            def cross(u: float) -> float:
-                return float(stats.norm.sf(u))
-        else:
-            r = math.sqrt(info[k - 1] / ik)
-            s = math.sqrt((ik - info[k - 1]) / ik)
-
-            def cross(u: float, r=r, s=s, grid=grid, weights=weights) -> float:
-                return float(np.dot(weights, stats.norm.sf((u - grid * r) / s)))
-        target = alpha * (ik / total) ** spend_power - spent if k >= first_efficacy else 0.0
-        if target <= 1e-12:
-            upper = _NO_BOUND
-        elif cross(lo) <= target:
-            upper = lo
-        else:
-            upper = optimize.brentq(lambda u: cross(u) - target, lo, _NO_BOUND, xtol=1e-7)
-        # Binding futility removes so many null paths that late boundaries could fall below
-        # a fixed-sample test at alpha; never keep on evidence weaker than that.
-        upper = max(upper, floor)
-        spent += cross(upper)
-        bounds.append(upper)
-        if k + 1 < len(info):
-            hi = min(upper, 8.0)
-            n = 2 * max(int((hi - lo) / 0.04), 2) + 1
-            z = np.linspace(lo, hi, n)
-            simpson = np.ones(n)
-            simpson[1:-1:2], simpson[2:-1:2] = 4.0, 2.0
-            simpson *= (hi - lo) / (n - 1) / 3.0
-            if k == 0:
-                density = stats.norm.pdf(z)
-            else:
-                density = (weights[None, :] * stats.norm.pdf(
-                    (z[:, None] - grid[None, :] * r) / s) / s).sum(axis=1)
-            grid, weights = z, density * simpson
-    return tuple(bounds)
-
-
-def gls_difference(candidate: dict[int, float], reference: dict[int, float],
-                   seed_share: float) -> tuple[float, float, float, float]:
-    """(reference level, candidate level, level difference ref − cand, its sd in units of σ).
-
-    Model: value = level + seed effect + noise, with Var(seed effect) = share·σ² shared by
-    all commits on that seed. Seeds are independent, so the information matrix is a sum of
-    per-seed 2×2 blocks (written out: this runs once per look of every candidate).
-    """
-    vg, ve = seed_share, 1.0 - seed_share
-    det = ve * (2 * vg + ve)
-    a = b = c = sr = sc = 0.0                 # information [[a, b], [b, c]], score (sr, sc)
-    for seed, r in reference.items():
-        if seed in candidate:
-            x = candidate[seed]
-            a += (vg + ve) / det
-            c += (vg + ve) / det
-            b -= vg / det
-            sr += ((vg + ve) * r - vg * x) / det
-            sc += ((vg + ve) * x - vg * r) / det
-        else:
-            a += 1.0
-            sr += r
-    for seed, x in candidate.items():
-        if seed not in reference:
-            c += 1.0
-            sc += x
-    if a == 0 or c == 0:
-        raise ValueError("gls_difference needs at least one run of each commit")
-    inv_det = 1.0 / (a * c - b * b)
-    ref_level = (c * sr - b * sc) * inv_det
-    cand_level = (a * sc - b * sr) * inv_det
-    var = (c + a + 2 * b) * inv_det           # Var(ref − cand) = cov00 + cov11 − 2·cov01
-    return ref_level, cand_level, ref_level - cand_level, math.sqrt(max(var, 0.0))
 
 
 @dataclass(frozen=True)
@@ -369,6 +280,8 @@ class SequentialRule(DecisionRule):
         while have < len(plan) and plan[have] in evidence.candidate:
             have += 1
         candidate = {s: evidence.candidate[s] for s in plan[:have]}
+        reference = {**reference, **{s: v for s in candidate
+                                     if (v := at_candidate_time(evidence, s)) is not None}}
         # The noise estimate of this look, computed once and only when needed: over the
         # candidate's planned seeds and the incumbent's fresh runs (never its selection runs).
         noise = functools.cache(lambda: noise_module.estimate(dataclasses.replace(
@@ -463,6 +376,12 @@ class SequentialRule(DecisionRule):
                  f"{details['regime']} regime)")
         if p_value <= keep_p:
             if effect >= self.min_effect:
+                unbracketed = self._unbracketed(evidence, night, candidate, reference)
+                if unbracketed:
+                    return RunMore(again_seeds=unbracketed, reason=(
+                        f"p={p_value:.2g} <= {keep_p:.2g} at {where}, on incumbent runs made "
+                        f"before the candidate's: the incumbent runs seed(s) "
+                        f"{', '.join(map(str, unbracketed))} again, after it (drift)"))
                 return decide(Verdict.KEEP, *args, f"p={p_value:.2g} <= {keep_p:.2g} at "
                               f"{where}", details)
             return decide(Verdict.DISCARD, *args, f"significant at {where} but effect "
@@ -481,11 +400,17 @@ class SequentialRule(DecisionRule):
               look: int | None = None) -> RunMore:
         """The next planned candidate seeds (a batch of up to `evidence.batch`), with the
         incumbent on them where the policy pairs it."""
-        seeds = tuple(s for s in self.seed_plan(night) if s not in evidence.candidate)
-        seeds = seeds[:max(1, evidence.batch)]
+        plan = self.seed_plan(night)
+        seeds = tuple(s for s in plan if s not in evidence.candidate)[:max(1, evidence.batch)]
+        # Alternate the order of the blocked pairs (incumbent first on even places of the
+        # plan, the candidate first on odd ones: ABBA): a drift of the machine's speed then
+        # cancels between consecutive pairs instead of favouring whichever ran later. The
+        # partner of a candidate-first seed is asked for once it landed (`next`).
+        before = tuple(s for s in seeds if not (self._beside(evidence, night, (s,))
+                                                and plan.index(s) % 2))
         return RunMore(candidate_seeds=seeds,
-                       reference_seeds=self._pair(seeds, reference, night, noise,
-                                                  beside=self._beside(evidence, night, seeds)),
+                       reference_seeds=self._pair(before, reference, night, noise,
+                                                  beside=self._beside(evidence, night, before)),
                        reason=reason, look=look)
 
     def _beside(self, evidence: Evidence, night: _Night, seeds: tuple[int, ...]) -> tuple[int, ...]:
@@ -499,6 +424,22 @@ class SequentialRule(DecisionRule):
             return ()
         return seeds
 
+    def _unbracketed(self, evidence: Evidence, night: _Night, candidate: dict[int, float],
+                     reference: dict[int, float]) -> tuple[int, ...]:
+        """The candidate's paired seeds a keep waits on, in the paired regime: those where
+        every incumbent run came before the candidate's. There a keep rests on one or two
+        pairs whose incumbent half ran long before (the selecting runs it reuses), and a
+        re-run reproduces a seed to a few thousandths, so a machine that speeds up by as much
+        during the night poses as an effect. One more incumbent run after the candidate's
+        brackets it, and the incumbent's value at the candidate's time is interpolated
+        between the two (`at_candidate_time`): a linear drift cancels, whatever its sign.
+        Elsewhere the pairs are made beside each other in alternating order (`_more`)."""
+        if not self.blocked or night.regime != "paired" or not evidence.candidate_order:
+            return ()
+        return tuple(s for s in candidate if s in reference and s in evidence.candidate_order
+                     and not any(place > evidence.candidate_order[s]
+                                 for place, _ in evidence.incumbent_runs.get(s, ())))
+
     def _decide(self, verdict: Verdict, effect: float, interval: tuple[float, float] | None,
                 p_value: float | None, candidate: dict[int, float],
                 reference: dict[int, float], reason: str, details: dict[str, Any],
@@ -507,6 +448,25 @@ class SequentialRule(DecisionRule):
                         seeds=tuple(candidate), candidate_values=dict(candidate),
                         reference_values=dict(reference), rule=self.name, reason=reason,
                         details=details, comparison=comparison)
+
+
+def at_candidate_time(evidence: Evidence, seed: int) -> float | None:
+    """The incumbent's value on `seed` at the time of the candidate's run there: linear
+    between the last incumbent run before it and the first after it, where both exist (a
+    bracket), else the nearest of them in time. None where the order is not known (an
+    older ledger, or the incumbent never ran the seed): the caller's value stands. Weighing
+    two runs, the interpolated value is never noisier than one run, so a test that counts
+    it as one run stays conservative."""
+    place = evidence.candidate_order.get(seed)
+    runs = evidence.incumbent_runs.get(seed, ())
+    if place is None or not runs:
+        return None
+    before = [(p, v) for p, v in runs if p < place]
+    after = [(p, v) for p, v in runs if p > place]
+    if before and after:
+        (p0, v0), (p1, v1) = before[-1], after[0]
+        return v0 + (v1 - v0) * (place - p0) / (p1 - p0)
+    return before[-1][1] if before else after[0][1]
 
 
 def _fresh_mean(reference: dict[int, float], night: _Night) -> float | None:

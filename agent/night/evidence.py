@@ -23,6 +23,9 @@ def evidence_for(state: LoopState, experiment: Experiment, direction: Direction,
         noise_sd=sd, noise_dof=dof, history=state.history(experiment),
         runs=state.same_seed_runs(), repeats=state.repeat_pairs(),
         reference_order=state.reference_order(experiment.parent),
+        incumbent_runs=state.timeline(experiment.parent),
+        candidate_order={seed: runs[0][0] for seed, runs
+                         in state.timeline(experiment.commit, Role.CANDIDATE).items()},
         looks=tuple(experiment.looks) if experiment.looks_recorded else None,
         batch=max(1, workers // pending),
     )
@@ -47,7 +50,9 @@ def waiting(state: LoopState, asked: RunMore | None, experiment: Experiment) -> 
     candidate = state.ok_values(experiment.commit, Role.CANDIDATE)
     reference = state.reference(experiment.parent)
     return (any(seed not in candidate for seed in asked.candidate_seeds)
-            or any(seed not in reference for seed in asked.reference_seeds))
+            or any(seed not in reference for seed in asked.reference_seeds)
+            or any(not state.bracketed(experiment.parent, experiment.commit, seed)
+                   for seed in asked.again_seeds))
 
 
 def night_history(state: LoopState) -> tuple:

@@ -1,5 +1,6 @@
 """Which run a free worker gets next, most useful first: the seeds the keep rule asked for on
-pending candidates (their paired incumbent runs before their own), then the incumbent's fresh reference
+pending candidates (their paired incumbent runs before their own, and the incumbent again
+after a candidate's run where the rule brackets it), then the incumbent's fresh reference
 seeds, then, once a night, a baseline seed again (same-seed repeatability). A new
 candidate's screen comes only when nothing here is wanted (the loop's `_fill`)."""
 from __future__ import annotations
@@ -40,6 +41,11 @@ def runs_wanted(state: LoopState, asked: dict[str, RunMore], baseline_seeds: Ite
             for seed in wanted.reference_seeds:
                 if seed not in reference and (experiment.parent, seed, Role.REFERENCE) not in in_flight:
                     yield RunRequest(experiment.parent, seed, Role.REFERENCE, None, "paired reference")
+            for seed in wanted.again_seeds:   # after the candidate's run: a bracket
+                if not state.bracketed(experiment.parent, experiment.commit, seed) \
+                        and (experiment.parent, seed, Role.REFERENCE) not in in_flight:
+                    yield RunRequest(experiment.parent, seed, Role.REFERENCE, experiment.id,
+                                     "bracket: the incumbent again")
             candidate = state.ok_values(experiment.commit, Role.CANDIDATE)
             for seed in wanted.candidate_seeds:
                 if seed not in candidate and (experiment.commit, seed, Role.CANDIDATE) not in in_flight:

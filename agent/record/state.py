@@ -228,6 +228,12 @@ class LoopState:
             self.interrupted.append(event)
             return
         self.runs.append(event)
+        if event.role == Role.REFERENCE and event.experiment is not None:
+            # A bracket: the incumbent run again for `experiment`, after the candidate's run
+            # on a seed it had run (the keep rule's drift guard). Only `timeline` holds it:
+            # never a fresh reference (the seed may be one that selected the incumbent), never
+            # a repeat of the night's jitter (it is spaced by drift on purpose).
+            return
         first = self._ok.get(event.commit, {}).get(event.role, {}).get(event.seed)
         if first is not None:
             self.repeats.append(Repeat(event.commit, event.seed, event.role, first,
@@ -317,6 +323,23 @@ class LoopState:
                     and run.metric is not None:
                 order.setdefault(run.seed, place)
         return order
+
+    def timeline(self, commit: str, role: Role | None = None) -> dict[int, tuple[tuple[int, float], ...]]:
+        """seed -> every OK run of `commit` on it (of `role` only, if given) as (place, metric),
+        the place in the order runs landed: which runs of two commits came before or after
+        one another (the keep rule brackets a candidate's run between two incumbent runs)."""
+        runs: dict[int, list[tuple[int, float]]] = {}
+        for place, run in enumerate(self.runs):
+            if run.commit == commit and run.ok and run.metric is not None \
+                    and (role is None or run.role == role):
+                runs.setdefault(run.seed, []).append((place, run.metric))
+        return {seed: tuple(values) for seed, values in runs.items()}
+
+    def bracketed(self, incumbent: str, candidate: str, seed: int) -> bool:
+        """Whether the incumbent ran `seed` after the candidate's (first OK) run on it."""
+        mine = self.timeline(candidate, Role.CANDIDATE).get(seed)
+        theirs = self.timeline(incumbent).get(seed, ())
+        return bool(mine) and any(place > mine[0][0] for place, _ in theirs)
 
     def same_seed_runs(self) -> dict[str, dict[int, float]]:
         """commit -> seed -> metric for every commit with OK runs on two or more seeds (the

@@ -11,7 +11,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from agent.record.events import RunFinished
+from agent.record.events import Role, RunFinished
 from agent.record.records import Direction
 from agent.record.state import Experiment, LoopState
 
@@ -35,7 +35,8 @@ def experiment_view(state: LoopState, experiment: Experiment, row: dict[str, Any
     else:
         candidate = {seed: run.metric for seed, run in runs.items() if run.ok}
         reference = state.reference(experiment.parent) if experiment.parent else {}
-    flying = {run.seed: run for run in state.in_flight.values() if run.experiment == experiment.id}
+    flying = {run.seed: run for run in state.in_flight.values()
+              if run.experiment == experiment.id and run.role == Role.CANDIDATE}
     # a run stopped early is no measurement: shown with where it stopped and what it predicted
     stopped = {stop.seed: stop for stop in state.early_stops.values() if stop.experiment == experiment.id}
     partial = {r.run_id: r for r in state.interrupted if isinstance(r, RunFinished)}

@@ -164,3 +164,90 @@ def test_a_null_night_keeps_at_most_alpha_of_its_candidates(rho, tau):
     s = summarize(simulate("nightshift", "null", 3, 400, 11, NoiseModel(rho, tau), rule))
     assert s["null_per_100"] <= 100 * rule.alpha
     assert s["candidates"] > 150
+
+
+# ---- the bracket: a keep in the paired regime waits for the incumbent after the candidate --
+def paired_history() -> tuple[tuple[Decision, ...], Decision, dict]:
+    """A paired-regime night that just kept a candidate (the rule reuses its selecting runs)."""
+    sim = night(0.9, 0.0, 60)
+    kept, _ = decide(sim, 4.0)
+    assert kept.verdict is Verdict.KEEP
+    return (*sim.history, kept), kept, sim.table
+
+
+@pytest.mark.parametrize("drift, effect, verdicts", [
+    (3.0, 0.0, {Verdict.DISCARD, Verdict.INCONCLUSIVE}),   # inert, the machine 3σ faster
+    (-3.0, 0.0, {Verdict.DISCARD, Verdict.INCONCLUSIVE}),  # inert, slower: the other sign
+    (0.0, 4.0, {Verdict.KEEP}),                             # a real win on a steady machine
+])
+def test_a_keep_on_an_old_incumbent_run_waits_for_a_bracket_that_cancels_drift(drift, effect, verdicts):
+    # The incumbent's selecting run on the seed landed at place 100; the candidate's run
+    # lands at 400, on a machine `drift` σ faster by then. Pre-bracket, an inert edit on a
+    # faster machine looks like a 7-pair-sd win: the rule must not keep on it, but ask for
+    # the incumbent again. The bracket (place 401) carries the drift too, and the
+    # incumbent's value interpolated at 400 cancels it; a real win survives it.
+    rule = SequentialRule()
+    history, kept, table = paired_history()
+    seed = rule.next(Evidence("minimize", {}, {}, 1.0, 40, history)).candidate_seeds[0]
+    selecting = kept.candidate_values[seed]
+    value = selecting - drift - effect
+    evidence = Evidence("minimize", {seed: value}, {}, 1.0, 40, history, runs=table,
+                        incumbent_runs={seed: ((100, selecting),)}, candidate_order={seed: 400})
+    first = rule.next(evidence)
+    if drift > 0 or effect:
+        assert isinstance(first, RunMore) and first.again_seeds == (seed,), first
+        assert "again" in first.reason
+    if isinstance(first, RunMore) and first.again_seeds:
+        bracket = selecting - drift * 301 / 300
+        evidence = dataclasses.replace(
+            evidence, incumbent_runs={seed: ((100, selecting), (401, bracket))})
+        decision = rule.next(evidence)
+    else:
+        decision = first
+    assert isinstance(decision, Decision) and decision.verdict in verdicts, decision
+    if effect:
+        assert decision.effect == pytest.approx(effect, abs=0.05)
+        assert decision.reference_values[seed] == pytest.approx(selecting - drift, abs=0.01)
+
+
+def test_without_the_run_order_a_paired_keep_is_decided_as_before():
+    # an older ledger (no run order): nothing to bracket with, the one-pair keep stands
+    rule = SequentialRule()
+    history, kept, table = paired_history()
+    seed = rule.next(Evidence("minimize", {}, {}, 1.0, 40, history)).candidate_seeds[0]
+    decision = rule.next(Evidence("minimize", {seed: kept.candidate_values[seed] - 4.0}, {}, 1.0,
+                                  40, history, runs=table))
+    assert isinstance(decision, Decision) and decision.verdict is Verdict.KEEP
+
+
+def test_at_candidate_time_interpolates_between_the_runs_around_the_candidate():
+    from agent.decide.sequential import at_candidate_time
+    runs = {7: ((10, 2.0), (20, 1.0), (30, 0.5))}
+    at = lambda place: at_candidate_time(Evidence("minimize", {}, {}, incumbent_runs=runs,  # noqa: E731
+                                                  candidate_order={7: place}), 7)
+    assert at(15) == pytest.approx(1.5) and at(25) == pytest.approx(0.75)
+    assert at(5) == 2.0 and at(40) == 0.5            # one side only: the nearest run
+    assert at_candidate_time(Evidence("minimize", {}, {}, incumbent_runs=runs), 7) is None
+
+
+# ---- ABBA: blocked pairs alternate which runs first -----------------------------------------
+def test_confirming_pairs_alternate_which_commit_runs_first_where_a_seed_does_not_fix_the_run():
+    # (the screen's partner follows the pairing policy; the seeds that confirm it alternate)
+    sim = night(0.0, 0.47, 8, seed=2)
+    assert sim.history[-1].details["regime"] != "paired"
+    plan = sim.rule.seed_plan(sim.rule.night(tuple(sim.history)))
+    decision, asks = decide(sim, 1.5)
+    assert decision.verdict is Verdict.KEEP and len(decision.seeds) >= 4, decision
+    first_of = {}          # seed -> which commit the rule asked for first on it
+    for ask in asks:
+        for s in ask.reference_seeds:
+            first_of.setdefault(s, "incumbent")
+        for s in ask.candidate_seeds:
+            first_of.setdefault(s, "candidate")
+    # (seeds of the window the incumbent ran for earlier candidates keep their older run)
+    asked = {s for ask in asks for s in ask.reference_seeds}
+    confirming = [s for s in decision.seeds[sim.rule.screen:] if s in asked]
+    orders = [first_of[s] for s in confirming]
+    places = [plan.index(s) for s in confirming]
+    assert orders == ["candidate" if p % 2 else "incumbent" for p in places]
+    assert "candidate" in orders and "incumbent" in orders

@@ -23,7 +23,7 @@ from typing import Any
 
 from agent.preflight.lock import live_holder
 from agent.record.events import (AblationPlanned, AblationSummary, Event, LoopResumed, LoopStarted,
-                                 LoopStopped, ProposalAsked, ProposalReady, RunStarted)
+                                 LoopStopped, ProposalAsked, ProposalReady, Role, RunStarted)
 from agent.record.state import LoopState
 from agent.review.serve.tail import LedgerTail
 from sandbox.progress import ProgressReader
@@ -159,7 +159,9 @@ class LiveRuns:
             what = f"the incumbent without {run.experiment}" if run.experiment else \
                 "the base" if run.commit == state.base_commit else "the incumbent"
         else:
-            what = experiment.description if experiment else "the incumbent's reference"
+            what = (f"the incumbent again, beside {experiment.description}"
+                    if experiment and run.role == Role.REFERENCE else
+                    experiment.description if experiment else "the incumbent's reference")
         log = (folder / "runs" / run.run_id / "log.txt").relative_to(self.tag_dir).as_posix()
         return {"run_id": run.run_id, "source": source, "worker": run.worker, "device": run.device,
                 "seed": run.seed, "role": run.role.value, "experiment": run.experiment,
