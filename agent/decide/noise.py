@@ -44,11 +44,14 @@ class NoiseEstimate:
         [0, 0.95] so that a lucky small estimate of `pair_sd` cannot claim near-perfect
         pairing, and never above `share_cap` (what a re-run of one seed allows).
         """
-        if not self.sd or self.pair_sd is None or self.pair_dof < MIN_PAIR_DOF:
+        if not self.sd or self.pair_sd is None or self.pair_dof < FEW_PAIR_DOF:
             return 0.0
         # An 80% upper bound on the paired spread, so that sampling luck in a few pairs
-        # does not buy the candidate a tighter interval than the data support.
-        upper = self.pair_sd ** 2 * self.pair_dof / special.chdtri(self.pair_dof, 0.8)
+        # does not buy the candidate a tighter interval than the data support; a 99% one
+        # on fewer than MIN_PAIR_DOF degrees of freedom, where only a seed that fixes the
+        # run (a spread a hundred times under the seed's) earns credit.
+        level = 0.8 if self.pair_dof >= MIN_PAIR_DOF else 0.99
+        upper = self.pair_sd ** 2 * self.pair_dof / special.chdtri(self.pair_dof, level)
         share = 1.0 - upper / (2.0 * self.sd ** 2)
         return min(max(share, 0.0), 0.95, self.share_cap)
 
@@ -57,8 +60,9 @@ class NoiseEstimate:
         """The seed share at the paired spread's point estimate (clipped to [0, 0.999] and
         the re-run cap's point value): for a test whose t statistic already has the paired
         spread's degrees of freedom, which then pays for its uncertainty once, not twice
-        (the paired regime of agent/decide/sequential.py). 0 when unknown."""
-        if not self.sd or self.pair_sd is None or self.pair_dof < MIN_PAIR_DOF:
+        (the paired regime of agent/decide/sequential.py, which a 99% bound admits on two or
+        three degrees of freedom). 0 when unknown."""
+        if not self.sd or self.pair_sd is None or self.pair_dof < FEW_PAIR_DOF:
             return 0.0
         share = 1.0 - self.pair_sd ** 2 / (2.0 * self.sd ** 2)
         cap = 1.0 if self.repeat_sd is None or self.repeat_dof < 1 else \
@@ -77,8 +81,13 @@ class NoiseEstimate:
         return min(max(1.0 - jitter / self.sd ** 2, 0.0), 1.0)
 
 
-# Below this many degrees of freedom the paired spread is too uncertain to lean on.
+# From this many degrees of freedom the paired spread is credited at an 80% bound; from
+# FEW_PAIR_DOF at a 99% bound (the first candidate's pairs, where a seed fixes the run:
+# issue 29). On two degrees of freedom a night whose seeds share nothing passes for one
+# that pairs with probability 0.005 (a spread under a tenth of its true value), against
+# about 0.06 on four at the 80% bound.
 MIN_PAIR_DOF = 4
+FEW_PAIR_DOF = 2
 
 
 def _as_list(values: Values) -> list[float]:

@@ -48,7 +48,7 @@ from scipy import special
 from agent.decide import fdr as fdr_module
 from agent.decide import noise as noise_module
 from agent.decide.decision import DecisionRule, Evidence, RuleSettings, RunMore, SeedPlan
-from agent.decide.sequential_math import efficacy_boundaries, gls_difference
+from agent.decide.sequential_math import efficacy_boundaries, gls_difference, own_pairs_p
 from agent.record.events import Comparison, Decision, Verdict
 
 SEED_BLOCK = 1000      # pairing seeds of incumbent e live in [1000(e+1), 1000(e+2))
@@ -62,7 +62,8 @@ def regime(estimate: noise_module.NoiseEstimate, share: float) -> str:
     """The night's noise regime from its same-seed evidence (`share`: the credited seed share).
 
     - "paired": a seed fixes most of a run (a deterministic GPU script): the credited share,
-      an 80% lower bound on at least MIN_PAIR_DOF degrees of freedom, is >= PAIRED_SHARE;
+      an 80% lower bound on at least MIN_PAIR_DOF degrees of freedom (a 99% one on two or
+      three: the first win's pairs), is >= PAIRED_SHARE;
     - "unpaired": seeds share nothing worth a run (a wall-clock budget): a re-run of one seed
       already differs like two seeds (share_cap <= 0.1), or twice MIN_PAIR_DOF degrees of
       freedom of pairs credit at most UNPAIRED_SHARE;
@@ -71,8 +72,10 @@ def regime(estimate: noise_module.NoiseEstimate, share: float) -> str:
     """
     if estimate.share_cap <= UNPAIRED_SHARE:
         return "unpaired"
-    if estimate.pair_dof >= noise_module.MIN_PAIR_DOF and share >= PAIRED_SHARE:
+    if estimate.pair_dof >= noise_module.FEW_PAIR_DOF and share >= PAIRED_SHARE:
         return "paired"
+    if estimate.pair_dof < noise_module.MIN_PAIR_DOF:
+        return "unknown"
     if share > UNPAIRED_SHARE:
         return "mixed"
     if estimate.pair_dof >= 2 * noise_module.MIN_PAIR_DOF:
@@ -371,9 +374,23 @@ class SequentialRule(DecisionRule):
         stop_p = float(special.ndtr(-futility))
         details.update(nominal_keep_p=keep_p, nominal_stop_p=stop_p, t_stat=t_stat, dof=dof,
                        se=se)
+        # Until the night has measured whether a seed fixes the run (the unknown regime, the
+        # start of every night) the test above credits the pairs nothing, so a win that the
+        # seed's luck would hide takes five pairs or more. The candidate's own pairs carry a
+        # second test: a paired t test on its same-seed differences, valid whatever seeds
+        # share, on their own degrees of freedom. Each test gets half the look's level
+        # (Bonferroni: together they spend no more than one); futility needs both to agree.
+        futile = p_value
+        own = own_pairs_p(pairs) if self.regimes and night.regime == "unknown" else None
+        if own is not None:
+            details.update(unpaired_p=p_value, own_pairs_p=own[0], own_pairs_dof=own[1])
+            futile = min(p_value, own[0])
+            p_value = min(1.0, 2.0 * futile)
         args = (effect, (effect - half, effect + half), p_value, candidate, reference)
         where = (f"look {k + 1} ({len(seeds)} of up to {self.max_seeds} seeds, "
-                 f"{details['regime']} regime)")
+                 f"{details['regime']} regime"
+                 + (f"; the better of the unpaired test and the {len(pairs)} pairs' own, "
+                    f"Bonferroni)" if own is not None else ")"))
         if p_value <= keep_p:
             if effect >= self.min_effect:
                 unbracketed = self._unbracketed(evidence, night, candidate, reference)
@@ -386,8 +403,8 @@ class SequentialRule(DecisionRule):
                               f"{where}", details)
             return decide(Verdict.DISCARD, *args, f"significant at {where} but effect "
                           f"{effect:.4g} < min_effect {self.min_effect:g}", details)
-        if p_value >= stop_p:
-            return decide(Verdict.DISCARD, *args, f"futility: p={p_value:.2g} >= "
+        if futile >= stop_p:
+            return decide(Verdict.DISCARD, *args, f"futility: p={futile:.2g} >= "
                           f"{stop_p:.2g} at {where}", details)
         if last:
             return decide(Verdict.INCONCLUSIVE, *args, f"p={p_value:.2g} at {where}: "

@@ -104,3 +104,19 @@ def gls_difference(candidate: dict[int, float], reference: dict[int, float],
     cand_level = (a * sc - b * sr) * inv_det
     var = (c + a + 2 * b) * inv_det           # Var(ref − cand) = cov00 + cov11 − 2·cov01
     return ref_level, cand_level, ref_level - cand_level, math.sqrt(max(var, 0.0))
+
+
+def own_pairs_p(improvements: list[float]) -> tuple[float, int] | None:
+    """(one-sided p, dof) of a paired t test that the mean of `improvements` (candidate better
+    than the incumbent on the same seed, positive = better) is above zero; None under two
+    pairs. The pairs' own spread is its variance, so the test holds whatever seeds share, and
+    its n − 1 degrees of freedom pay for how little it knows. A spread of exactly zero is a
+    difference the pairs agree on to the last digit: p 0 when it favours the candidate, else 1."""
+    n = len(improvements)
+    if n < 2:
+        return None
+    mean = sum(improvements) / n
+    spread = math.sqrt(sum((d - mean) ** 2 for d in improvements) / (n - 1))
+    if spread == 0:
+        return (0.0 if mean > 0 else 1.0), n - 1
+    return float(stats.t.sf(mean / (spread / math.sqrt(n)), n - 1)), n - 1

@@ -13,7 +13,7 @@ import pytest
 
 from agent.decide.decision import Decision, Evidence, RunMore, Verdict, pooled_sd
 from agent.decide.sequential import SequentialRule
-from agent.decide.sequential_math import efficacy_boundaries, gls_difference
+from agent.decide.sequential_math import efficacy_boundaries, gls_difference, own_pairs_p
 from agent.record.records import Direction
 
 
@@ -275,3 +275,15 @@ def test_the_benchmarked_defaults_are_what_the_loop_runs():
     bare = parse_program("---\n---\n", "p.md")
     assert settings(make_rule(bare.decision, bare.rule_settings)) == settings(SequentialRule())
     assert settings(make_rule(shipped.decision, shipped.rule_settings)) == settings(SequentialRule())
+
+
+def test_the_pairs_own_test_is_a_one_sided_paired_t_test():
+    from scipy import stats
+    improvements = [0.151, 0.175, 0.157, 0.149]
+    p, dof = own_pairs_p(improvements)
+    assert dof == 3
+    assert p == pytest.approx(stats.ttest_1samp(improvements, 0.0, alternative="greater").pvalue)
+    assert own_pairs_p([0.2]) is None                      # one pair has no spread of its own
+    assert own_pairs_p([0.1, 0.1]) == (0.0, 1)             # agreeing to the last digit, better
+    assert own_pairs_p([-0.1, -0.1])[0] == 1.0
+    assert own_pairs_p([-0.15, -0.17])[0] > 0.9            # worse on both
