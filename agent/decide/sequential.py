@@ -409,6 +409,15 @@ class SequentialRule(DecisionRule):
         if last:
             return decide(Verdict.INCONCLUSIVE, *args, f"p={p_value:.2g} at {where}: "
                           f"not below {keep_p:.2g}", details)
+        # A promising look whose pairs rest on incumbent runs made before the candidate's is
+        # bracketed before any more seeds: on a drifting machine that one run ends the
+        # candidate (the drift was the effect), and a real win needs it for its keep anyway.
+        unbracketed = self._unbracketed(evidence, night, candidate, reference)
+        if unbracketed:
+            return RunMore(again_seeds=unbracketed, reason=(
+                f"promising: p={p_value:.2g} at {where}, on incumbent runs made before the "
+                f"candidate's: the incumbent runs seed(s) {', '.join(map(str, unbracketed))} "
+                f"again, after it (drift)"))
         return self._more(evidence, night, reference, noise,
                           f"promising: p={p_value:.2g} at {where}", look=len(seeds))
 

@@ -211,6 +211,27 @@ def test_a_keep_on_an_old_incumbent_run_waits_for_a_bracket_that_cancels_drift(d
         assert decision.reference_values[seed] == pytest.approx(selecting - drift, abs=0.01)
 
 
+def test_a_promising_look_on_an_old_incumbent_run_is_bracketed_before_more_seeds():
+    # A drift too small to look like a keep still looks promising: the rule asks for the
+    # incumbent again on the seed before adding candidate seeds, and once the bracket has
+    # cancelled the drift the inert edit stops there (two runs, not a window of seeds).
+    rule = SequentialRule()
+    history, kept, table = paired_history()
+    seed = rule.next(Evidence("minimize", {}, {}, 1.0, 40, history)).candidate_seeds[0]
+    selecting = kept.candidate_values[seed]
+    drift = 0.9
+    evidence = Evidence("minimize", {seed: selecting - drift}, {}, 1.0, 40, history, runs=table,
+                        incumbent_runs={seed: ((100, selecting),)}, candidate_order={seed: 400})
+    first = rule.next(evidence)
+    assert isinstance(first, RunMore) and first.again_seeds == (seed,), first
+    assert first.candidate_seeds == () and first.reason.startswith("promising")
+    evidence = dataclasses.replace(
+        evidence, incumbent_runs={seed: ((100, selecting), (401, selecting - drift * 301 / 300))})
+    decision = rule.next(evidence)
+    assert isinstance(decision, Decision) and decision.verdict is Verdict.DISCARD, decision
+    assert "futility" in decision.reason
+
+
 def test_without_the_run_order_a_paired_keep_is_decided_as_before():
     # an older ledger (no run order): nothing to bracket with, the one-pair keep stands
     rule = SequentialRule()
