@@ -389,8 +389,7 @@ class SequentialRule(DecisionRule):
         args = (effect, (effect - half, effect + half), p_value, candidate, reference)
         where = (f"look {k + 1} ({len(seeds)} of up to {self.max_seeds} seeds, "
                  f"{details['regime']} regime"
-                 + (f"; the better of the unpaired test and the {len(pairs)} pairs' own, "
-                    f"Bonferroni)" if own is not None else ")"))
+                 + (f"; or the {len(pairs)} pairs' own t test, Bonferroni)" if own is not None else ")"))
         if p_value <= keep_p:
             if effect >= self.min_effect:
                 unbracketed = self._unbracketed(evidence, night, candidate, reference)
