@@ -59,13 +59,16 @@ def check_night(repo: Path, tag: str, *, closed: bool = True) -> int:
     assert max(started.values(), default=1) == 1, "a run_started twice"
     assert max(finished.values(), default=1) == 1, "a run recorded twice"
     assert set(finished) <= set(started), "a run finished that never started"
-    measured = Counter((r.commit, r.seed, r.role) for r in state.runs if r.status != Status.INTERRUPTED)
-    # once a night the baseline runs a seed twice on purpose (seeds.repeat): the fold keeps it
-    # as the night's repeat; nothing else may be measured twice
-    repeats = {(r.commit, r.seed, r.role) for r in state.repeats}
+    # A measurement is (commit, seed, role, experiment): the incumbent run again on a seed for
+    # one candidate (a bracket, the keep rule's drift guard) is its own, recorded as a
+    # reference for that experiment. Once a night the baseline runs a seed twice on purpose
+    # (seeds.repeat): the fold keeps it as the night's repeat; nothing else may be measured twice.
+    measured = Counter((r.commit, r.seed, r.role, r.experiment) for r in state.runs
+                       if r.status != Status.INTERRUPTED)
+    repeats = {(r.commit, r.seed, r.role, None) for r in state.repeats}
     twice = {key for key, n in measured.items() if n > 1}
     assert twice <= repeats and max(measured.values(), default=1) <= 2, \
-        f"a (commit, seed, role) measured twice: {sorted(twice - repeats)}"
+        f"a (commit, seed, role, experiment) measured twice: {sorted(twice - repeats)}"
     decided = Counter(e.id for e in events if e.kind in ("decision", "experiment_invalid"))
     assert max(decided.values(), default=1) == 1, "an experiment decided twice"
     proposed = Counter(e.id for e in events if e.kind in ("experiment_proposed", "experiment_invalid"))

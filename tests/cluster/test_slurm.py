@@ -229,7 +229,7 @@ def test_a_job_cancelled_or_preempted_is_not_a_result_and_a_node_failure_fails_o
     assert not state.in_flight and state.stopped_reason == "interrupted"   # the night went on
     assert [r.run_id for r in state.runs if r.status == Status.CRASH] == [third["run_id"]]
     assert {r.run_id for r in state.interrupted} >= {first["run_id"], second["run_id"]}
-    ok = [(r.commit, r.seed, r.role) for r in state.runs if r.ok]
+    ok = [(r.commit, r.seed, r.role, r.experiment) for r in state.runs if r.ok]   # (a bracket: its own)
     assert len(ok) == len(set(ok))                # taken back, not recorded as a second result
     assert active_jobs_of(repo, "pre") == [], "Ctrl-C left a job of the tag in Slurm"
     shown = nightshift(repo, "status", "--tag", "pre", env=env, timeout=60)

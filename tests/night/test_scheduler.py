@@ -63,13 +63,15 @@ def finished_runs(state):
 
 
 def assert_no_run_twice(state):
-    """No (commit, seed, role) ran twice, but for the night's one same-seed repeat of a
-    baseline seed (the rule's repeat_seeds), which the fold records as a repeat."""
-    keys = [(r.commit, r.seed, r.role) for r in finished_runs(state)]
+    """No (commit, seed, role, experiment) ran twice, but for the night's one same-seed repeat
+    of a baseline seed (the rule's repeat_seeds), which the fold records as a repeat. (A
+    bracket, the incumbent run again on a seed for one candidate, is a reference recorded for
+    that experiment: its own measurement.)"""
+    keys = [(r.commit, r.seed, r.role, r.experiment) for r in finished_runs(state)]
     repeated = [key for key, n in Counter(keys).items() if n > 1]
     assert len(repeated) <= 1 and all(n <= 2 for n in Counter(keys).values()), \
-        f"a (commit, seed, role) ran twice: {repeated}"
-    for commit, seed, role in repeated:
+        f"a (commit, seed, role, experiment) ran twice: {repeated}"
+    for commit, seed, role, _ in repeated:
         assert role == Role.REFERENCE and seed == 0
         assert [(r.commit, r.seed) for r in state.repeats] == [(commit, seed)]
 
