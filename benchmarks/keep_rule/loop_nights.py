@@ -29,6 +29,9 @@ kept with and without drift, and the drift the night reached by its end (a night
 the steady one drifts less). The single run is simulated with the drift the loop's night
 reached, its runs spread evenly over the night.
 
+`--scale K`: each knob K times (copies with the same effect), a night of 8·K proposals of the
+same mix: how the ratio grows as the runs spent once a night are shared by more candidates.
+
 Each night takes about a minute on two busy cores (every run is a real process of the real
 harness); `--nights N` runs N nights (different orders and seed effects) and sums them.
 """
@@ -92,13 +95,25 @@ A synthetic target with known effects: each knob is on (1) or off (0).
 '''
 
 
+def scaled(knobs: list[str], scale: int) -> list[str]:
+    """`knobs`, and `scale - 1` copies of each (NAME_X2, ...) of the same kind and effect: a
+    longer night of the same mix, over which the runs a night spends once (the baseline, the
+    first win's pairs, the record's fresh seeds) are shared by more candidates."""
+    if scale < 1:
+        raise SystemExit(f"--scale must be at least 1, got {scale}")
+    copies = [f"{name}_X{i}" for i in range(2, scale + 1) for name in knobs]
+    for copy in copies:
+        KIND[copy], EFFECT[copy] = KIND[copy.split("_X")[0]], EFFECT[copy.split("_X")[0]]
+    return knobs + copies
+
+
 def seed_effect(salt: int, seed: int) -> float:
     """The seed's shift of the metric, as the target computes it."""
     return random.Random(f"{salt}/{seed}").gauss(0.0, SEED_SD)
 
 
 def target_source(knobs: list[str], salt: int, start: float, night_s: float, drift: float) -> str:
-    lines = "\n".join(f"{name} = 0{' ' * (12 - len(name))}# search: choice(0, 1)" for name in knobs)
+    lines = "\n".join(f"{name} = 0{' ' * max(1, 14 - len(name))}# search: choice(0, 1)" for name in knobs)
     used = [name for name in knobs if KIND[name] != "inert"]
     formula = " + ".join(f"({EFFECT[name]!r}) * {name}" for name in used) or "0.0"
     return TARGET.format(knobs=lines, salt=salt, start=start, night_s=night_s, drift=drift,
@@ -249,8 +264,11 @@ def main(argv: list[str] | None = None) -> int:
                         f"steady night's length, metric units (default {DRIFT}: later runs look better)")
     parser.add_argument("--nights", type=int, default=1, help="nights to run (orders and seed effects differ)")
     parser.add_argument("--keep", type=Path, default=None, help="keep the nights' repositories here")
+    parser.add_argument("--scale", type=int, default=1, help="each knob this many times (copies "
+                        "with the same effect): a night of 8 x SCALE proposals, the same mix")
     args = parser.parse_args(argv)
-    knobs = list(WINS) + list(HARMFUL) + list(NULLS) + (list(INERT) if args.drift else [])
+    knobs = scaled(list(WINS) + list(HARMFUL) + list(NULLS) + (list(INERT) if args.drift else []),
+                   args.scale)
     with tempfile.TemporaryDirectory(prefix="loop_nights-") as tmp:
         workdir = args.keep or Path(tmp)
         totals = {"steady": (Night(), Night())}

@@ -46,3 +46,16 @@ def test_the_single_run_rule_keeps_the_wins_and_not_the_harmful_change():
     assert night.keeps["win"] == 3 and night.keeps["harmful"] == 0
     assert night.progress == pytest.approx(-sum(WINS.values()))
     assert night.runs == {"candidates": len(order) + 1}
+
+
+def test_a_scaled_night_copies_each_knob_with_its_kind_and_effect(tmp_path):
+    from benchmarks.keep_rule.loop_nights import KIND, scaled
+    knobs = scaled(list(WINS) + list(NULLS), 3)
+    assert len(knobs) == 3 * (len(WINS) + len(NULLS)) and len(set(knobs)) == len(knobs)
+    assert KIND["WIDER_X3"] == "win" and EFFECT["WIDER_X3"] == EFFECT["WIDER"]
+    source = target_source(knobs, salt=3, start=0.0, night_s=1.0, drift=0.0)
+    off = measure(tmp_path, source, 0)
+    on = measure(tmp_path, source.replace("WIDER_X2 = 0", "WIDER_X2 = 1"), 0)
+    assert on - off == pytest.approx(EFFECT["WIDER"], abs=0.03)
+    with pytest.raises(SystemExit):
+        scaled(knobs, 0)
