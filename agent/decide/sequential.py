@@ -392,12 +392,10 @@ class SequentialRule(DecisionRule):
                  + (f"; or the {len(pairs)} pairs' own t test, Bonferroni)" if own is not None else ")"))
         if p_value <= keep_p:
             if effect >= self.min_effect:
-                unbracketed = self._unbracketed(evidence, night, candidate, reference)
-                if unbracketed:
-                    return RunMore(again_seeds=unbracketed, reason=(
-                        f"p={p_value:.2g} <= {keep_p:.2g} at {where}, on incumbent runs made "
-                        f"before the candidate's: the incumbent runs seed(s) "
-                        f"{', '.join(map(str, unbracketed))} again, after it (drift)"))
+                bracket = self._bracket(evidence, night, candidate, reference,
+                                        f"p={p_value:.2g} <= {keep_p:.2g} at {where}")
+                if bracket:
+                    return bracket
                 return decide(Verdict.KEEP, *args, f"p={p_value:.2g} <= {keep_p:.2g} at "
                               f"{where}", details)
             return decide(Verdict.DISCARD, *args, f"significant at {where} but effect "
@@ -411,14 +409,9 @@ class SequentialRule(DecisionRule):
         # A promising look whose pairs rest on incumbent runs made before the candidate's is
         # bracketed before any more seeds: on a drifting machine that one run ends the
         # candidate (the drift was the effect), and a real win needs it for its keep anyway.
-        unbracketed = self._unbracketed(evidence, night, candidate, reference)
-        if unbracketed:
-            return RunMore(again_seeds=unbracketed, reason=(
-                f"promising: p={p_value:.2g} at {where}, on incumbent runs made before the "
-                f"candidate's: the incumbent runs seed(s) {', '.join(map(str, unbracketed))} "
-                f"again, after it (drift)"))
-        return self._more(evidence, night, reference, noise,
-                          f"promising: p={p_value:.2g} at {where}", look=len(seeds))
+        promising = f"promising: p={p_value:.2g} at {where}"
+        return self._bracket(evidence, night, candidate, reference, promising) \
+            or self._more(evidence, night, reference, noise, promising, look=len(seeds))
 
     def _more(self, evidence: Evidence, night: _Night, reference: dict[int, float],
               noise: Callable[[], noise_module.NoiseEstimate], reason: str,
@@ -448,6 +441,17 @@ class SequentialRule(DecisionRule):
                 or not evidence.reference_order:
             return ()
         return seeds
+
+    def _bracket(self, evidence: Evidence, night: _Night, candidate: dict[int, float],
+                 reference: dict[int, float], look: str) -> RunMore | None:
+        """The incumbent again on the seeds `_unbracketed` names, after the candidate's runs,
+        before the look (`look`: what it saw) is acted on; None when there are none."""
+        seeds = self._unbracketed(evidence, night, candidate, reference)
+        if not seeds:
+            return None
+        return RunMore(again_seeds=seeds, reason=(
+            f"{look}, on incumbent runs made before the candidate's: the incumbent runs "
+            f"seed(s) {', '.join(map(str, seeds))} again, after it (drift)"))
 
     def _unbracketed(self, evidence: Evidence, night: _Night, candidate: dict[int, float],
                      reference: dict[int, float]) -> tuple[int, ...]:
