@@ -12,8 +12,9 @@ Two halves, one per side of the fence:
 - `main()` is the evaluation step, run by the harness after training in a sandbox of its own
   (its own process and deadline; it sees the protected files, the training step's out
   folder read-only, and the data folder with the evaluation split; never train.py). The
-  artifact is hostile input: artifact.py validates it against a strict schema and loads a
-  canonical copy, guard.py refuses any code the load or the model would run; then it probes
+  artifact is hostile input: artifact.py validates it against a strict schema, graph.py runs
+  its graph with an interpreter of our own (torch's loader never reads it), guard.py refuses
+  any code the read or the model would run; then it probes
   the model, scores it, and writes `$NIGHTSHIFT_OUT/result.json`:
 
   val_bpb             bits per byte on the fixed windows of the split (`windows()`): the metric
@@ -43,15 +44,15 @@ import os
 # partner was preempted makes every op wait for it on a shared CPU; measured 11x slower).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from artifact import canonical_copy, load
+import artifact
 from schema import Rejected
+from graph import Model
 from guard import Guard
 from prepare import EVAL_BYTES, load_split, prepare
 
@@ -141,24 +142,20 @@ def _cut(data: torch.Tensor, starts: torch.Tensor, span: int) -> torch.Tensor:
 class Scorer:
     """Calls the graph on batches of windows it accepts (any size, or the one it was made for)."""
 
-    def __init__(self, program) -> None:
-        self.module = program.module()
-        (placeholder,) = [n for n in program.graph.nodes if n.op == "placeholder"
-                          and n.name in set(program.graph_signature.user_inputs)] or [None]
-        shape = getattr(placeholder.meta.get("val"), "shape", None) if placeholder else None
-        if shape is None or len(shape) != 2 or placeholder.meta["val"].dtype != torch.long:
-            raise Rejected("the model must take one int64 tensor of byte windows (B, T); "
-                           f"it takes {_describe_inputs(program)}")
-        self.context_len = int(shape[1])
-        self.batch = shape[0] if isinstance(shape[0], int) else None
-        tensors = list(program.state_dict.values()) + list(program.constants.values())
-        self.device = next((t.device for t in tensors if isinstance(t, torch.Tensor)),
-                           torch.device("cpu"))
+    def __init__(self, model: Model) -> None:
+        self.module = model
+        shape = model.window_shape
+        if shape is None:
+            raise Rejected("the model must take one int64 tensor of byte windows (B, T); it takes "
+                           f"{_describe_input(model)}")
+        self.batch, self.context_len = shape
+        self.most = model.max_batch   # a free batch size the export bounded
+        self.device = model.device
 
     @torch.no_grad()
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         """Logits (B, T, 256) as float32 on the CPU; Rejected for any other output."""
-        step = self.batch or SCORING_BATCH.get(self.device.type, 512)
+        step = self.batch or min(SCORING_BATCH.get(self.device.type, 512), self.most or 1 << 30)
         parts = []
         for i in range(0, len(x), step):
             chunk = x[i:i + step]
@@ -217,13 +214,11 @@ def causality(scorer: Scorer, val: torch.Tensor, seed: int) -> dict:
     return {"ok": True, "detail": detail}
 
 
-def load_model(path: Path):
-    """The artifact at `path`, validated, copied and loaded under the guard, or Rejected (by
-    hand and in tests; `evaluate` keeps the guard armed while it scores too)."""
-    with tempfile.TemporaryDirectory(prefix="nightshift-eval-") as work:
-        copy = canonical_copy(Path(path), Path(work) / "canonical.pt2")
-        with Guard(readable=[Path(work)]):
-            return load(copy)
+def load_model(path: Path) -> Model:
+    """The artifact at `path`, validated and bound under the guard, or Rejected (by hand and
+    in tests; `evaluate` keeps the guard armed while it scores too)."""
+    with Guard(readable=[Path(path)]):
+        return artifact.read(Path(path))
 
 
 def memorization(scorer: Scorer, data: torch.Tensor, per_window: torch.Tensor, seed: int) -> dict:
@@ -274,11 +269,11 @@ def signed_rank_test(difference: torch.Tensor) -> float:
     return 0.5 * math.erfc(z / math.sqrt(2))
 
 
-def evaluate(artifact: Path, data_dir: Path, split: str, seed: int) -> dict:
+def evaluate(artifact_path: Path, data_dir: Path, split: str, seed: int) -> dict:
     """The evaluation's result.json (probes, and the figures when every probe passed).
 
-    The splits are read before the guard is armed; from the canonical copy's load to the last
-    score, guard.Guard refuses any code the artifact would bring. A refusal is the probe
+    The splits are read before the guard is armed; from the artifact's read to the last score,
+    guard.Guard refuses any code the artifact would bring. A refusal is the probe
     "guard"; a model that fails once its shape has passed fails "scoring", so a probe that
     passed is never recorded as failed."""
     t0 = time.time()
@@ -287,29 +282,27 @@ def evaluate(artifact: Path, data_dir: Path, split: str, seed: int) -> dict:
     held_out, train = load_split(data_dir, split), load_split(data_dir, "train")
     stage = "artifact"
     try:
-        with tempfile.TemporaryDirectory(prefix="nightshift-eval-") as work:
-            copy = canonical_copy(artifact, Path(work) / "canonical.pt2")
-            with Guard(readable=[Path(work)]) as guard:
-                program = load(copy)
-                scorer = Scorer(program)
-                probes["artifact"] = {"ok": True, "detail": f"{artifact.name}: an exported graph taking "
-                                      f"(B, {scorer.context_len}) bytes, validated, audited: operators only"}
-                stage = "shape"
-                val = windows(held_out, scorer.context_len)
-                if not torch.isfinite(scorer.logits(val[:2, :-1])).all():
-                    raise Rejected("the model's logits are not finite")
-                probes["shape"] = {"ok": True, "detail": f"logits (B, {scorer.context_len}, {VOCAB}), finite"}
-                stage = "scoring"
-                probes["causality"] = causality(scorer, val, seed)
-                if not probes["causality"]["ok"]:
-                    return result
-                val_bpb, per_window = scorer.bits_per_byte(val)
-                probes["memorization"] = memorization(scorer, held_out, per_window, seed)
-                result.update(memorization_gain=probes["memorization"]["mean"],
-                              memorization_p=probes["memorization"]["p"])
-                if not probes["memorization"]["ok"]:
-                    return result
-                train_bpb, _ = scorer.bits_per_byte(windows(train, scorer.context_len, TRAIN_SAMPLE_BYTES))
+        with Guard(readable=[artifact_path]) as guard:
+            model = artifact.read(artifact_path)
+            scorer = Scorer(model)
+            probes["artifact"] = {"ok": True, "detail": f"{artifact_path.name}: an exported graph taking "
+                                  f"(B, {scorer.context_len}) bytes, validated and bound: operators only"}
+            stage = "shape"
+            val = windows(held_out, scorer.context_len)
+            if not torch.isfinite(scorer.logits(val[:2, :-1])).all():
+                raise Rejected("the model's logits are not finite")
+            probes["shape"] = {"ok": True, "detail": f"logits (B, {scorer.context_len}, {VOCAB}), finite"}
+            stage = "scoring"
+            probes["causality"] = causality(scorer, val, seed)
+            if not probes["causality"]["ok"]:
+                return result
+            val_bpb, per_window = scorer.bits_per_byte(val)
+            probes["memorization"] = memorization(scorer, held_out, per_window, seed)
+            result.update(memorization_gain=probes["memorization"]["mean"],
+                          memorization_p=probes["memorization"]["p"])
+            if not probes["memorization"]["ok"]:
+                return result
+            train_bpb, _ = scorer.bits_per_byte(windows(train, scorer.context_len, TRAIN_SAMPLE_BYTES))
     except Rejected as rejected:
         refused = guard.refusals if "guard" in locals() else []
         probes["guard" if refused else stage] = {"ok": False, "detail": str(rejected)}
@@ -341,11 +334,10 @@ def main() -> int:
     return 0
 
 
-def _describe_inputs(program) -> str:
-    shapes = [tuple(n.meta["val"].shape) if hasattr(n.meta.get("val"), "shape") else n.name
-              for n in program.graph.nodes if n.op == "placeholder"
-              and n.name in set(program.graph_signature.user_inputs)]
-    return ", ".join(map(str, shapes)) or "no inputs"
+def _describe_input(model: Model) -> str:
+    meta = model.input_meta
+    sizes = [next(iter(size.values())) if "as_int" in size else "B" for size in meta["sizes"]]
+    return f"a tensor of dtype {meta['dtype']} and shape {tuple(sizes)}"
 
 
 def _short(error: BaseException, limit: int = 300) -> str:

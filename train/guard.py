@@ -1,29 +1,26 @@
-"""While a candidate's model loads and runs in the evaluator, nothing runs that nobody planned.
-Protected, like evaluate.py, which arms it.
+"""While a candidate's model is read and runs in the evaluator, nothing runs that nobody
+planned. Protected, like evaluate.py, which arms it.
 
-artifact.py validates every string of the archive before torch reads it; this is the second
-line, for a route nobody has found yet. A Python audit hook (`sys.addaudithook`, PEP 578) sees
-every `compile` and `exec`, every file opened, every process, socket and ctypes call of the
-process. While the guard is armed it refuses:
+schema.py validates every string of the archive and graph.py's interpreter reads none of them
+as code; this is the second line, for a route nobody has found yet. A Python audit hook
+(`sys.addaudithook`, PEP 578) sees every `compile` and `exec`, every file opened, every
+process, socket and ctypes call of the process. While the guard is armed it refuses:
 
-- `compile`/`exec` except at the few places where torch and the interpreter generate code to
-  load a model (`PLANNED`), and there only source of the planned shape: sympy parses a size
-  expression of the artifact's grammar, torch.fx and the export's guards write Python with no
-  imports, no dunder names and no builtins that reach the interpreter (`generated_code`);
+- `compile`/`exec`, except parsing to a tree (`PLANNED`: schema.py parses size expressions
+  without evaluating them). The interpreter generates no code, so nothing else compiles;
 - processes, signals, sockets, ctypes, pickles, new code objects, tracing, environment and
   file-system changes;
-- an open for writing, or of anything outside the interpreter's own files and the
-  canonical copy of the artifact (the data is loaded before the guard is armed).
+- an open for writing, or of anything outside the interpreter's own files and the artifact
+  (the data is loaded before the guard is armed).
 
-Modules torch imports on first use are imported before arming (`warm_up`), so the armed load
-is the steady-state path. A refusal raises `Refused` where it happens, and is remembered,
-since library code may swallow the exception: `Guard.__exit__` then raises artifact.Rejected
-naming the first refusal, and the run is `bad_artifact`.
+A module imported while armed runs its body from the interpreter's own files, which is
+allowed. A refusal raises `Refused` where it happens, and is remembered, since library code
+may swallow the exception: `Guard.__exit__` then raises schema.Rejected naming the first
+refusal, and the run is `bad_artifact`.
 """
 from __future__ import annotations
 
 import ast
-import importlib
 import os
 import site
 import sys
@@ -31,23 +28,11 @@ import sysconfig
 import threading
 from pathlib import Path
 
-from schema import Rejected, sym_expression
+from schema import Rejected
 
-# (the end of the calling code's file, its function): where code is generated on the way
-# in, with the check its source must pass. Measured on torch 2.13 (tests/train/test_guard.py
-# loads an honest model armed, cold and warm).
-PLANNED = {
-    ("sympy/parsing/sympy_parser.py", "parse_expr"): lambda source: source == "from sympy import *",
-    ("sympy/parsing/sympy_parser.py", "eval_expr"): lambda source: sym_expression(source),
-    ("torch/fx/graph_module.py", "_exec_with_source"): lambda source: generated_code(source),
-    ("torch/export/_unlift.py", "_convert_guards_code_to_fn"): lambda source: generated_code(source),
-    ("typing.py", "__init__"): lambda source: type_expression(source),        # ForwardRef
-    ("typing.py", "_evaluate"): lambda source: True,                          # runs what __init__ checked
-    ("torch/fx/operator_schemas.py", "_torchscript_type_to_python_type"): lambda source: type_expression(source),
-    ("ast.py", "parse"): lambda source: True,                                 # to a tree: nothing runs
-    ("collections/__init__.py", "namedtuple"): lambda source: True,           # identifiers, checked by namedtuple
-    ("dataclasses.py", "_create_fn"): lambda source: True,                    # from class definitions on disk
-}
+# (the end of the calling code's file, its function): where code may be compiled while armed,
+# with the check its source must pass. Measured on torch 2.13 (tests/train/test_artifact.py).
+PLANNED = {("ast.py", "parse"): lambda source: True}   # to a tree (schema.py's size grammar): nothing runs
 IMPORT_FRAMES = ("<frozen importlib._bootstrap>", "<frozen importlib._bootstrap_external>")
 REFUSED_EVENTS = ("subprocess.", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork",
                   "os.forkpty", "os.kill", "os.killpg", "pty.spawn", "socket.", "ctypes.", "pickle.",
@@ -58,55 +43,10 @@ REFUSED_EVENTS = ("subprocess.", "os.system", "os.exec", "os.posix_spawn", "os.s
                   "builtins.input", "builtins.breakpoint", "cpython.run_", "mmap.", "syslog.",
                   "setopencodehook", "sys.addaudithook", "_posixsubprocess.")
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
-WARM = ("torch.export", "torch._export.serde.serialize", "torch.export.pt2_archive._package",
-        "torch.export._unlift", "torch.fx.experimental.symbolic_shapes", "torch._higher_order_ops",
-        "torch._subclasses.fake_tensor", "torch._inductor.ops_handler", "torch._inductor.sizevars",
-        "torch._inductor.virtualized", "torch.fx.experimental.validator", "sympy",
-        "sympy.parsing.sympy_parser", "sympy.assumptions.wrapper", "encodings.cp437")
-DENIED_NAMES = {"eval", "exec", "compile", "open", "__import__", "globals", "locals", "vars",
-                "setattr", "delattr", "breakpoint", "input", "exit", "quit", "help",
-                "memoryview", "type", "object", "builtins", "os", "sys", "subprocess"}
 
 
 class Refused(RuntimeError):
     """The guard refused an event; the evaluation is over for this artifact."""
-
-
-def generated_code(source: str | bytes) -> bool:
-    """Python that torch writes from a graph: calls of operators and names, no imports, no
-    dunder names (the way out of any sandboxed expression), no builtins that reach the
-    interpreter, getattr only with a plain constant name."""
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
-        return False
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Import, ast.ImportFrom, ast.Global, ast.Nonlocal, ast.Lambda, ast.AsyncFunctionDef)):
-            return False
-        if isinstance(node, ast.Name) and (node.id.startswith("__") or node.id in DENIED_NAMES):
-            return False
-        if isinstance(node, ast.Attribute) and node.attr.startswith("__") and ast.unparse(node.value) not in (
-                "torch.ops.aten", "torch.ops.prims"):   # aten's own dunder ops: torch.ops.aten.__and__
-            return False
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr" and not (
-                len(node.args) == 2 and isinstance(node.args[1], ast.Constant)
-                and isinstance(node.args[1].value, str) and not node.args[1].value.startswith("__")):
-            return False   # fx reads numbered submodules as getattr(self.blocks, "0"); nothing else
-    return True
-
-
-def type_expression(source: str | bytes) -> bool:
-    """An annotation such as `Optional[List[int]]` or `'Graph'`: names, dots and brackets."""
-    text = source.decode() if isinstance(source, bytes) else source
-    try:
-        tree = ast.parse(text, mode="eval")
-    except (SyntaxError, ValueError):
-        return False
-    allowed = (ast.Expression, ast.Name, ast.Attribute, ast.Subscript, ast.Tuple, ast.Load, ast.Constant,
-               ast.BinOp, ast.BitOr, ast.List)
-    return len(text) < 500 and all(isinstance(node, allowed) for node in ast.walk(tree)) and not any(
-        isinstance(node, ast.Name) and node.id.startswith("__") or isinstance(node, ast.Attribute)
-        and node.attr.startswith("__") for node in ast.walk(tree))
 
 
 def interpreter_roots() -> list[str]:
@@ -230,13 +170,11 @@ _warm = False
 
 
 def warm_up() -> None:
-    """Import what torch imports on its first load, and start the accelerator, before arming:
-    the armed load is then the path every load takes."""
+    """Start the accelerator before arming (its driver opens device files for writing); the
+    armed path is then the one every evaluation takes."""
     global _warm
     if _warm:
         return
-    for module in WARM:
-        importlib.import_module(module)
     import torch
     if torch.cuda.is_available():
         torch.cuda.init()

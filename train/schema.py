@@ -1,12 +1,14 @@
-"""The schema a model artifact's JSON must satisfy before any loader reads it. Protected, like
-artifact.py, which reads the archive with it.
+"""The schema a model artifact's JSON must satisfy before anything reads it as a model.
+Protected, like artifact.py, which reads the archive with it.
 
 torch's export format (torch/_export/serde/schema.py) is a tree of records, unions and strings;
-this is that tree less what a model never needs, with a grammar for every string, because
-strings in it reach code on the way in: a symbolic size goes to `sympy.sympify` (which calls
+this is that tree less what a model never needs, with a grammar for every string, because in
+torch's loader strings of it reach code: a symbolic size goes to `sympy.sympify` (which calls
 `eval`), an operator name to a getattr chain from `torch`, names into the Python that torch.fx
-and the export's guards compile. A checker takes (value, where) and returns the value to write
-into the canonical copy, or raises `Rejected` naming `where` (the entry and the field path).
+and the export's guards compile. graph.py's interpreter reads none of them as code; the
+grammar is the first line all the same, and gives a refusal that names the field. A checker
+takes (value, where) and returns the value graph.py binds, or raises `Rejected` naming
+`where` (the entry and the field path).
 Records refuse unknown fields; unions hold exactly one of their fields.
 """
 from __future__ import annotations
@@ -112,7 +114,7 @@ def operator_target(name: str) -> bool:
 
 
 # ---------------------------------------------------------------- the schema
-# A checker takes (value, where) and returns the value to write into the canonical copy, or
+# A checker takes (value, where) and returns the value graph.py binds, or
 # raises Rejected naming `where` (entry: field path). Records refuse unknown fields; unions
 # hold exactly one of their fields; every string has a grammar.
 

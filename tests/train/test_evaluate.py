@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import pickle
 import subprocess
 import sys
 import zipfile
@@ -15,9 +16,10 @@ import torch
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "train"))
-import artifact  # noqa: E402
 import evaluate  # noqa: E402
+import guard  # noqa: E402
 import prepare  # noqa: E402
+import schema  # noqa: E402
 from tests.train.test_prepare import make_corpus  # noqa: E402
 
 T = 32
@@ -175,9 +177,11 @@ def test_an_artifact_carrying_a_pickle_is_refused_before_it_runs(tmp_path, data_
     assert result["probes"]["artifact"]["ok"] is False, result
     assert "pickled" in result["probes"]["artifact"]["detail"]
     assert not marker.exists()
-    # even without the check by name, loading runs no pickle: the guard is the second fence
-    with pytest.raises(Exception), artifact.no_pickle():   # torch.export.load wraps the refusal
-        torch.export.load(str(tmp_path / "final.pt2"))
+    # the evaluator reads weights as raw bytes and calls no unpickler; were one reached, the
+    # guard refuses it where the pickle names a function, before it runs
+    with pytest.raises(schema.Rejected, match="pickle.find_class"), guard.Guard(readable=[tmp_path]):
+        with pytest.raises(guard.Refused):
+            pickle.loads(payload)
     assert not marker.exists()
 
 
@@ -242,9 +246,9 @@ def test_a_model_fitted_to_the_fixed_windows_fails_the_memorization_probe(tmp_pa
     assert "val_bpb" not in result
 
 
-def test_a_model_that_fails_once_its_shape_passed_fails_scoring_and_keeps_its_passed_probes(tmp_path, data_dir):
-    """Exported for at most 2 windows a call: the shape check (2 windows) passes, the causality
-    probe's larger batch fails. The failure is `scoring`; `shape` stays passed."""
+def test_a_model_exported_for_at_most_two_windows_is_scored_two_at_a_time(tmp_path, data_dir):
+    """The batch is free but bounded by the export (range_constraints): the scorer keeps to
+    the bound, and the score is the same as at any batch size."""
     batch = torch.export.Dim("batch", min=1, max=2)
     with torch.no_grad():
         program = torch.export.export(Causal().eval(), (torch.zeros(2, T, dtype=torch.long),),
@@ -253,6 +257,23 @@ def test_a_model_that_fails_once_its_shape_passed_fails_scoring_and_keeps_its_pa
     out.mkdir()
     torch.export.save(program, out / evaluate.ARTIFACT)
     result = evaluate.evaluate(out / evaluate.ARTIFACT, data_dir, "val", seed=7)
+    assert all(p["ok"] for p in result["probes"].values()), result["probes"]
+    assert evaluate.load_model(out / evaluate.ARTIFACT).max_batch == 2
+    assert result["val_bpb"] == pytest.approx(evaluated(Causal(), tmp_path / "free", data_dir)["val_bpb"], abs=1e-6)
+
+
+def test_a_model_that_fails_once_its_shape_passed_fails_scoring_and_keeps_its_passed_probes(
+        tmp_path, data_dir, monkeypatch):
+    """A call that fails after the shape check (here the third) is `scoring`; `shape` stays passed."""
+    calls, real = [], evaluate.Scorer.logits
+
+    def failing(self, x):
+        calls.append(len(x))
+        if len(calls) > 2:
+            raise schema.Rejected("calling the model failed: RuntimeError: out of memory")
+        return real(self, x)
+    monkeypatch.setattr(evaluate.Scorer, "logits", failing)
+    result = evaluated(Causal(), tmp_path, data_dir)
     assert result["probes"]["shape"]["ok"] is True
     assert result["probes"]["scoring"]["ok"] is False
     assert "calling the model failed" in result["probes"]["scoring"]["detail"]

@@ -1,0 +1,418 @@
+"""A model artifact's graph, run by an interpreter of our own. Protected, like evaluate.py,
+which scores the model through it.
+
+torch's loader (`torch.export.load`) turns the archive back into Python: it hands size
+expressions to sympy (which calls `eval`), resolves names by getattr chains, and generates and
+compiles Python for the graph module and its guards. Each is a door for a string in the
+candidate's file. This module uses none of them. The JSON that schema.py validated is walked
+once: each node is bound to an operator from a fixed table and its arguments to values or to
+earlier nodes' results, and the graph then runs node by node. No source is generated, no
+string is evaluated or imported, no pickle is read, and torch.export is never imported (its
+serializer imports torch._dynamo: 1.2-1.8 s of every evaluation step).
+
+What a graph may do is checked while it is bound; anything else is `Rejected`, naming the node:
+- call an aten or prims operator that is not denied (schema.DENIED_ATEN), that draws no random
+  numbers (or draws none here: dropout with p = 0), and that writes only to tensors the graph
+  made itself. A write to a weight, a buffer, the input, or a view of one, would keep state
+  from one call to the next, and a model that remembers could tell a probe from a score;
+- size arithmetic from a fixed table (schema.ALLOWED_PYTHON_OPS);
+- the higher-order operators of a model (autocast, grad mode, cond, while_loop, map,
+  invoke_subgraph), run here by a few lines each, their bodies bound by the same rules.
+Sizes are never read from the archive's expressions: the graph computes them from its input
+(aten.sym_size) like any other value.
+"""
+from __future__ import annotations
+
+import math
+import operator
+import re
+from typing import Any, Callable
+
+import torch
+
+from schema import ALLOWED_HIGHER_ORDER, ALLOWED_PYTHON_OPS, DENIED_ATEN, OPERATOR_NAMESPACES, Rejected
+
+SCHEMA_MAJOR = 8                 # torch/_export/serde/schema.py SCHEMA_VERSION, torch 2.13
+# torch/_export/serde/schema.py's enums (tests/train/test_graph.py checks them against torch's)
+DTYPES = {1: torch.uint8, 2: torch.int8, 3: torch.int16, 4: torch.int32, 5: torch.int64,
+          6: torch.float16, 7: torch.float32, 8: torch.float64, 9: torch.complex32, 10: torch.complex64,
+          11: torch.complex128, 12: torch.bool, 13: torch.bfloat16, 28: torch.uint16,
+          29: torch.float8_e4m3fn, 30: torch.float8_e5m2, 31: torch.float8_e4m3fnuz,
+          32: torch.float8_e5m2fnuz, 33: torch.float8_e8m0fnu, 34: torch.uint32, 35: torch.uint64}
+MEMORY_FORMATS = {1: torch.contiguous_format, 2: torch.channels_last, 3: torch.channels_last_3d,
+                  4: torch.preserve_format}
+POSITIONAL, KEYWORD = 1, 2
+PYTHON_MODULES = {"_operator": operator, "math": math, "torch": torch}
+
+Getter = Callable[[dict], Any]   # the value of an argument, given the values computed so far
+
+
+class Model:
+    """The artifact's model: `model(windows)` -> its outputs, computed by the interpreter.
+
+    `program` is model.json as schema.py validated it; `tensors` the weights and constants by
+    their names (artifact.py reads them from the archive's raw bytes)."""
+
+    def __init__(self, program: dict, tensors: dict[str, torch.Tensor]) -> None:
+        major = program["schema_version"]["major"]
+        if major != SCHEMA_MAJOR:
+            raise Rejected(f"models/model.json: schema_version {major}.x; this evaluator reads "
+                           f"{SCHEMA_MAJOR}.x (save the model with this environment's torch)")
+        module = program["graph_module"]
+        graph = module["graph"]
+        self.bound: dict[str, Any] = {}
+        user_inputs = []
+        for spec in module["signature"]["input_specs"]:
+            (kind, body), = spec.items()
+            if kind == "user_input":
+                if "as_tensor" not in body["arg"]:
+                    raise Rejected("models/model.json: a user input that is not a tensor")
+                user_inputs.append(body["arg"]["as_tensor"]["name"])
+            elif kind == "constant_input":
+                (_, value), = body["value"].items()
+                self.bound[body["name"]] = None if "as_none" in body["value"] else value
+            else:
+                fqn = body.get("parameter_name") or body.get("buffer_name") or body["tensor_constant_name"]
+                if fqn not in tensors:
+                    raise Rejected(f"models/model.json: input_specs: {kind} {fqn} has no stored tensor")
+                self.bound[body["arg"]["name"]] = tensors[fqn]
+        if len(user_inputs) != 1:
+            raise Rejected(f"the model must take one tensor of byte windows; it takes {len(user_inputs)} inputs")
+        self.input_name = user_inputs[0]
+        self.input_meta = graph["tensor_values"].get(self.input_name)
+        if self.input_meta is None:
+            raise Rejected(f"models/model.json: tensor_values has no entry for the input {self.input_name}")
+        names = [_input_name(arg) for arg in graph["inputs"]]
+        if sorted(names) != sorted([*self.bound, self.input_name]):
+            raise Rejected("models/model.json: the graph's inputs are not the ones its signature binds")
+        # Everything the graph is given comes from outside it: weights, buffers, the windows.
+        self.graph = Graph(graph, "graph", shared=set(names))
+        self.tensors = tensors
+        self.ranges = program["range_constraints"]
+        self.device = next((t.device for t in tensors.values()), torch.device("cpu"))
+
+    @property
+    def window_shape(self) -> tuple[int | None, int] | None:
+        """(batch size, or None where the graph takes any; context length) of an int64 input of
+        two dimensions; None for any other input."""
+        sizes = self.input_meta["sizes"]
+        if self.input_meta["dtype"] != 5 or len(sizes) != 2 or "as_int" not in sizes[1]:
+            return None
+        return sizes[0].get("as_int"), sizes[1]["as_int"]
+
+    @property
+    def max_batch(self) -> int | None:
+        """The most windows a call may hold where the batch is a symbol the export bounded
+        (range_constraints), else None."""
+        size = self.input_meta["sizes"][0]
+        symbol = re.fullmatch(r"Symbol\('([a-z]{1,3}[0-9]{1,9})'(, [a-z_]+=(True|False))*\)",
+                              size.get("as_expr", {}).get("expr_str", ""))
+        bound = self.ranges.get(symbol.group(1), {}) if symbol else {}
+        return bound.get("max_val")
+
+    def __call__(self, windows: torch.Tensor) -> Any:
+        outputs = self.graph.run({**self.bound, self.input_name: windows})
+        return outputs[0] if len(outputs) == 1 else outputs
+
+
+class Graph:
+    """A graph of the archive bound to operators: `run(values)` with its inputs by name returns
+    its outputs, in order. `shared` names the inputs that come from outside the graph (weights,
+    buffers, the input, or a view of one): they may be read, never written."""
+
+    def __init__(self, graph: dict, where: str, shared: set[str]) -> None:
+        self.where = where
+        self.inputs = [_input_name(arg) for arg in graph["inputs"]]
+        self.shared = set(shared)          # grows with every view of a shared value
+        self.steps = [self._bind(node, f"{where}.nodes[{i}] ({node['target']})")
+                      for i, node in enumerate(graph["nodes"])]
+        self.outputs = [_argument(arg, self, where) for arg in graph["outputs"]]
+        self.returns_shared = [_names(arg) & self.shared != set() for arg in graph["outputs"]]
+
+    def run(self, values: dict) -> list:
+        for call, args, kwargs, bind in self.steps:
+            bind(values, call(*[get(values) for get in args], **{k: get(values) for k, get in kwargs.items()}))
+        return [get(values) for get in self.outputs]
+
+    def call(self, *inputs) -> list:
+        """The graph as a function of its inputs in order (a higher-order operator's body)."""
+        if len(inputs) != len(self.inputs):
+            raise Rejected(f"{self.where}: called with {len(inputs)} values for {len(self.inputs)} inputs")
+        return self.run(dict(zip(self.inputs, inputs)))
+
+    # ---- binding a node: its callable, its arguments, where its results go
+
+    def _bind(self, node: dict, where: str):
+        target = node["target"]
+        parts = target.split(".")
+        if parts[:3] == ["torch", "ops", "higher_order"]:
+            return self._higher_order(parts[3], node, where)
+        if parts[:2] == ["torch", "ops"]:
+            return self._operator(_overload(parts, where), node, where)
+        if len(parts) == 2 and parts[1] in ALLOWED_PYTHON_OPS.get(parts[0], ()):
+            function = getattr(PYTHON_MODULES[parts[0]], parts[1])
+            args = [_argument(item["arg"], self, where) for item in node["inputs"]]
+            return function, args, {}, _binder(node, where, single=True)
+        raise Rejected(f"{where}: not an operator of a model")
+
+    def _operator(self, op: torch._ops.OpOverload, node: dict, where: str):
+        schema = op._schema
+        given = {item["name"]: item for item in node["inputs"]}
+        unknown = set(given) - {a.name for a in schema.arguments}
+        if unknown:
+            raise Rejected(f"{where}: {op} has no argument {sorted(unknown)[0]!r}")
+        args, kwargs, positional = [], {}, True
+        for spec in schema.arguments:   # in the schema's order: positional until the first keyword
+            if spec.name not in given:
+                positional = False
+                continue
+            item = given[spec.name]
+            kind = item.get("kind") or (KEYWORD if spec.kwarg_only or spec.has_default_value() else POSITIONAL)
+            positional = positional and kind == POSITIONAL and not spec.kwarg_only
+            getter = _argument(item["arg"], self, where)
+            if positional:
+                args.append(getter)
+            else:
+                kwargs[spec.name] = getter
+        if torch.Tag.nondeterministic_seeded in op.tags and not _no_randomness(schema, given):
+            raise Rejected(f"{where}: {op} draws random numbers: no randomness at evaluation (a score is deterministic)")
+        touched = {spec.name for spec in schema.arguments if spec.alias_info is not None}
+        written = {spec.name for spec in schema.arguments if spec.alias_info is not None and spec.alias_info.is_write}
+        for name in written & set(given):
+            held = _names(given[name]["arg"]) & self.shared
+            if held:
+                raise Rejected(f"{where}: {op} writes to {sorted(held)[0]}, which the graph is given "
+                               f"(a weight, a buffer, the input or a view of one): a model that changes "
+                               f"them keeps state between calls")
+        if any(r.alias_info is not None for r in schema.returns) and any(
+                _names(given[n]["arg"]) & self.shared for n in touched & set(given)):
+            self.shared |= _output_names(node)   # a view of a shared value is shared too
+        return op, args, kwargs, _binder(node, where, single=len(schema.returns) == 1)
+
+    def _higher_order(self, name: str, node: dict, where: str):
+        if name not in ALLOWED_HIGHER_ORDER:
+            raise Rejected(f"{where}: not a higher-order operator of a model")
+        items = [item["arg"] for item in node["inputs"]]
+        if any(item.get("kind") == KEYWORD and item["name"] for item in node["inputs"]):
+            raise Rejected(f"{where}: keyword arguments to a higher-order operator")
+        # A body's inputs are the operands after the last body, flattened (a cond's, a loop's
+        # and a map's operands come as lists). Each is shared where its operand is; where the
+        # body sees the operands otherwise (a loop's carried values, a map's slices), all are
+        # shared if any operand is.
+        last = max((i for i, arg in enumerate(items) if "as_graph" in arg), default=-1)
+        operands = [a for arg in items[last + 1 + OPERANDS_SKIP.get(name, 0):]
+                    for a in (_listed(arg) if _is_list(arg) else [arg])]
+        shared_operands = [bool(_names(arg) & self.shared) for arg in operands]
+        args, bodies = [], []
+        for arg in items:
+            if "as_graph" not in arg:
+                args.append(_argument(arg, self, where))
+                continue
+            body = arg["as_graph"]
+            inputs = [_input_name(a) for a in body["graph"]["inputs"]]
+            if name in ("while_loop", "map_impl") or len(inputs) != len(operands):
+                shared = set(inputs) if any(shared_operands) else set()
+            else:
+                shared = {n for n, held in zip(inputs, shared_operands) if held}
+            bodies.append(Graph(body["graph"], f"{where} {body['name']}", shared))
+            args.append(_constant(bodies[-1].call))
+        if any(any(body.returns_shared) for body in bodies) or (
+                name in ("while_loop", "map_impl") and any(shared_operands)):
+            self.shared |= _output_names(node)   # the result may be a shared value, passed through
+        return HIGHER_ORDER[name], args, {}, _binder(node, where, single=False)
+
+
+# ---------------------------------------------------------------- the higher-order operators
+
+def _autocast(device_type, dtype, enabled, cache_enabled, body, *operands):
+    with torch.autocast(device_type, dtype=dtype, enabled=enabled, cache_enabled=cache_enabled):
+        return body(*operands)
+
+
+def _set_grad_enabled(enabled, body, *operands):
+    with torch.set_grad_enabled(enabled):
+        return body(*operands)
+
+
+def _cond(predicate, true_body, false_body, operands):
+    return (true_body if bool(predicate) else false_body)(*operands)
+
+
+def _while_loop(cond_body, loop_body, carried, additional, *_flags):
+    carried = list(carried)
+    while bool(cond_body(*carried, *additional)[0]):
+        carried = loop_body(*carried, *additional)
+    return carried
+
+
+def _map(body, xs, pos_args):
+    rows = [body(*row, *pos_args) for row in zip(*[x.unbind(0) for x in xs])]
+    return [torch.stack(column) for column in zip(*rows)]
+
+
+def _invoke_subgraph(body, _identifier, *operands):
+    return body(*operands)
+
+
+HIGHER_ORDER = {"wrap_with_autocast": _autocast, "wrap_with_set_grad_enabled": _set_grad_enabled,
+                "cond": _cond, "while_loop": _while_loop, "map_impl": _map, "invoke_subgraph": _invoke_subgraph}
+OPERANDS_SKIP = {"invoke_subgraph": 1}   # its identifier comes between the body and the operands
+assert set(HIGHER_ORDER) == ALLOWED_HIGHER_ORDER
+
+
+# ---------------------------------------------------------------- arguments and results
+
+def _overload(parts: list[str], where: str) -> torch._ops.OpOverload:
+    """torch.ops.<namespace>.<operator>.<overload>, looked up in torch's operator registry (the
+    names are identifiers: schema.operator_target), never by a getattr chain from `torch`."""
+    if len(parts) != 5 or parts[2] not in OPERATOR_NAMESPACES or parts[3] in DENIED_ATEN:
+        raise Rejected(f"{where}: not an operator of a model")
+    try:
+        op = getattr(getattr(getattr(torch.ops, parts[2]), parts[3]), parts[4])
+    except (AttributeError, RuntimeError):
+        raise Rejected(f"{where}: no such operator in this torch") from None
+    if not isinstance(op, torch._ops.OpOverload):
+        raise Rejected(f"{where}: not an operator overload")
+    return op
+
+
+def _argument(arg: dict, graph: Graph, where: str) -> Getter:
+    """A getter for one argument: a constant, or values computed earlier in the graph."""
+    (kind, value), = arg.items()
+    if kind == "as_tensor":
+        name = value["name"]
+        return lambda values: values[name]
+    if kind in ("as_tensors", "as_optional_tensors", "as_sym_ints", "as_sym_bools", "as_sym_floats"):
+        getters = [_argument(item, graph, where) for item in _listed(arg)]
+        return lambda values: [get(values) for get in getters]
+    if kind in ("as_sym_int", "as_sym_bool", "as_sym_float", "as_optional_tensor"):
+        (inner, item), = value.items()
+        if inner in ("as_name", "as_tensor"):
+            name = item if inner == "as_name" else item["name"]
+            return lambda values: values[name]
+        return _constant(None if inner == "as_none" else _number(item))
+    if kind == "as_graph":
+        raise Rejected(f"{where}: a subgraph passed to an operator that is not higher-order")
+    return _constant(_value(kind, value, where))
+
+
+def _value(kind: str, value: Any, where: str) -> Any:
+    if kind == "as_none":
+        return None
+    if kind in ("as_int", "as_ints", "as_bool", "as_bools", "as_string", "as_strings", "as_int_lists"):
+        return value
+    if kind in ("as_float", "as_floats", "as_float_lists"):
+        return _number(value)
+    if kind == "as_scalar_type":
+        if value not in DTYPES:
+            raise Rejected(f"{where}: dtype {value} is not a tensor dtype")
+        return DTYPES[value]
+    if kind == "as_memory_format":
+        if value not in MEMORY_FORMATS:
+            raise Rejected(f"{where}: memory format {value} is not one of torch's")
+        return MEMORY_FORMATS[value]
+    if kind == "as_layout":
+        return torch.strided
+    if kind == "as_device":
+        return torch.device(value["type"], value.get("index"))
+    if kind == "as_complex":
+        return complex(_number(value["real"]), _number(value["imag"]))
+    raise Rejected(f"{where}: an argument of kind {kind} is not read")
+
+
+def _number(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_number(v) for v in value]
+    return {"Infinity": math.inf, "-Infinity": -math.inf, "NaN": math.nan}.get(value, value) \
+        if isinstance(value, str) else value
+
+
+def _constant(value: Any) -> Getter:
+    return lambda values: value
+
+
+def _is_list(arg: dict) -> bool:
+    return next(iter(arg)) in ("as_tensors", "as_optional_tensors", "as_sym_ints", "as_sym_bools", "as_sym_floats")
+
+
+def _listed(arg: dict) -> list[dict]:
+    """The items of a list argument, each as an argument of its own."""
+    (kind, value), = arg.items()
+    if kind == "as_tensors":
+        return [{"as_tensor": item} for item in value]
+    if kind == "as_optional_tensors":
+        return [item if "as_tensor" in item else {"as_none": True} for item in value]
+    single = kind[:-1]   # as_sym_ints -> as_sym_int
+    return [{single: item} for item in value]
+
+
+def _names(arg: dict) -> set[str]:
+    """The names of the values an argument refers to."""
+    (kind, value), = arg.items()
+    if kind == "as_tensor":
+        return {value["name"]}
+    if _is_list(arg):
+        return set().union(*[_names(item) for item in _listed(arg)])
+    if kind in ("as_sym_int", "as_sym_bool", "as_sym_float", "as_optional_tensor"):
+        (inner, item), = value.items()
+        return {item} if inner == "as_name" else {item["name"]} if inner == "as_tensor" else set()
+    return set()
+
+
+def _input_name(arg: dict) -> str:
+    names = _names(arg)
+    if len(names) != 1:
+        raise Rejected("models/model.json: a graph input that is not one named value")
+    return next(iter(names))
+
+
+def _output_names(node: dict) -> set[str]:
+    return set().union(*[_names(arg) for arg in node["outputs"]]) if node["outputs"] else set()
+
+
+def _binder(node: dict, where: str, single: bool) -> Callable[[dict, Any], None]:
+    """Where a node's result goes: one value (an operator with one return, whether a tensor, a
+    list of tensors or a size), or a sequence spread over the node's outputs."""
+    outputs = node["outputs"]
+    names = [None if "as_none" in out or not _names(out) else
+             (list(_names(out))[0] if not _is_list(out) else [_input_name(i) for i in _listed(out)])
+             for out in outputs]
+    if not outputs:
+        return lambda values, result: None
+    if single and len(outputs) == 1:
+        name = names[0]
+        if name is None:
+            return lambda values, result: None
+        if isinstance(name, list):
+            def spread(values, result):
+                for n, r in zip(name, result, strict=True):
+                    values[n] = r
+            return spread
+        return lambda values, result: values.__setitem__(name, result)
+
+    def each(values, result):
+        if len(outputs) == 1 and isinstance(names[0], list):   # one list output: the whole sequence
+            result = [result]
+        if not isinstance(result, (list, tuple)) or len(result) != len(outputs):
+            raise Rejected(f"{where}: returned {type(result).__name__}, not its {len(outputs)} outputs")
+        for name, value in zip(names, result):
+            if isinstance(name, list):
+                for n, r in zip(name, value, strict=True):
+                    values[n] = r
+            elif name is not None:
+                values[name] = value
+    return each
+
+
+def _no_randomness(schema, given: dict) -> bool:
+    """An operator that can draw random numbers but does not here: attention or dropout with
+    probability 0, or dropout outside training."""
+    values = {a.name: a.default_value for a in schema.arguments if a.has_default_value()}
+    for name, item in given.items():
+        (kind, value), = item["arg"].items()
+        values[name] = _number(value) if kind in ("as_float", "as_int", "as_bool") else item["arg"]
+    if values.get("train") is False:
+        return True
+    probability = values.get("dropout_p", values.get("p"))
+    return isinstance(probability, (int, float)) and not isinstance(probability, bool) and probability == 0 \
+        and ("dropout_p" in values or "p" in values)
