@@ -29,10 +29,12 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import socket
 import threading
 import time
 import uuid
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -206,6 +208,7 @@ class DockerRunner(Runner):
             reader.join(1.0 if interrupted else LOG_DRAIN_S)
             container.reload()
             state = container.attrs.get("State", {})
+            duration = engine_lifetime(state) or duration
         finally:
             if container is not None:
                 _remove(container)
@@ -389,6 +392,27 @@ def _start(container: Any) -> None:
         container.start()
     except docker.errors.APIError as exc:
         raise SandboxUnavailable(f"the Docker engine could not start the run: {exc.explanation or exc}") from exc
+
+
+def engine_lifetime(state: dict) -> float | None:
+    """Seconds from the container's start to its exit by the engine's own clock (State's
+    StartedAt, FinishedAt), or None. The harness's clock also counts the attach, the start call
+    and a memory sample in flight at the exit, which differ from run to run by up to a second:
+    noise in the over-budget check's paired timings (agent/decide/integrity.py)."""
+    try:
+        started, finished = (_timestamp(state[key]) for key in ("StartedAt", "FinishedAt"))
+    except (KeyError, TypeError, ValueError):
+        return None
+    return finished - started if finished > started else None
+
+
+def _timestamp(text: str) -> float:
+    """An RFC 3339 time as Docker writes it (nanoseconds, Z) in seconds since the epoch."""
+    match = re.fullmatch(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)", text)
+    if match is None:
+        raise ValueError(f"not an RFC 3339 time: {text!r}")
+    whole = datetime.fromisoformat(match.group(1) + ("+00:00" if match.group(3) == "Z" else match.group(3)))
+    return whole.timestamp() + float("0." + (match.group(2) or "0"))
 
 
 def _memory_peak(client: Any, container_id: str) -> int:

@@ -113,6 +113,27 @@ def test_a_good_run_reports_its_metric_image_and_mounts(runner, make_spec):
     assert (out / "result.json").stat().st_uid == os.getuid() == out.stat().st_uid
 
 
+def test_a_run_s_duration_is_the_engine_s_start_to_exit(runner, make_spec, monkeypatch):
+    """duration_s is the container's lifetime by the engine's clock (StartedAt..FinishedAt),
+    not the harness's, which also counts the attach and a memory sample in flight at the exit."""
+    import sandbox.docker as docker_backend
+    seen: list[float | None] = []
+    real = docker_backend.engine_lifetime
+    monkeypatch.setattr(docker_backend, "engine_lifetime", lambda state: seen.append(real(state)) or seen[-1])
+    result = runner.run(make_spec(GOOD))
+    assert seen and seen[0] is not None and result.duration_s == round(seen[0], 3)
+
+
+@pytest.mark.parametrize("state, seconds", [
+    ({"StartedAt": "2026-12-03T17:20:01.123456789Z", "FinishedAt": "2026-12-03T17:20:16.623456789Z"}, 15.5),
+    ({"StartedAt": "2026-12-03T17:20:01Z", "FinishedAt": "2026-12-03T18:20:01.5+01:00"}, 0.5),
+    ({"StartedAt": "0001-01-01T00:00:00Z", "FinishedAt": "0001-01-01T00:00:00Z"}, None),   # never ran
+    ({"StartedAt": "yesterday", "FinishedAt": "today"}, None), ({}, None)])
+def test_the_engine_s_times_are_read_to_the_nanosecond_or_not_at_all(state, seconds):
+    from sandbox.docker import engine_lifetime
+    assert engine_lifetime(state) == (pytest.approx(seconds) if seconds is not None else None)
+
+
 def test_the_run_sees_only_the_protocol_environment(runner, make_spec, monkeypatch):
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-secret-must-not-leak")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "also-secret")
