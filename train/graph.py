@@ -124,8 +124,14 @@ class Graph:
         self.where = where
         self.inputs = [_input_name(arg) for arg in graph["inputs"]]
         self.shared = set(shared)          # grows with every view of a shared value
-        self.steps = [self._bind(node, f"{where}.nodes[{i}] ({node['target']})")
-                      for i, node in enumerate(graph["nodes"])]
+        defined = set(self.inputs)
+        self.steps = []
+        for i, node in enumerate(graph["nodes"]):
+            where_node = f"{where}.nodes[{i}] ({node['target']})"
+            _defined(node["inputs"], defined, where_node)
+            self.steps.append(self._bind(node, where_node))
+            defined |= _output_names(node)
+        _defined([{"arg": arg} for arg in graph["outputs"]], defined, f"{where}.outputs")
         self.outputs = [_argument(arg, self, where) for arg in graph["outputs"]]
         self.returns_shared = [_names(arg) & self.shared != set() for arg in graph["outputs"]]
 
@@ -366,42 +372,54 @@ def _input_name(arg: dict) -> str:
     return next(iter(names))
 
 
+def _defined(inputs: list[dict], defined: set[str], where: str) -> None:
+    """Every value a node reads was made before it (a body's own values are its own)."""
+    for item in inputs:
+        if "as_graph" not in item["arg"]:
+            missing = _names(item["arg"]) - defined
+            if missing:
+                raise Rejected(f"{where}: reads {sorted(missing)[0]}, which no earlier node makes")
+
+
 def _output_names(node: dict) -> set[str]:
     return set().union(*[_names(arg) for arg in node["outputs"]]) if node["outputs"] else set()
 
 
 def _binder(node: dict, where: str, single: bool) -> Callable[[dict, Any], None]:
-    """Where a node's result goes: one value (an operator with one return, whether a tensor, a
-    list of tensors or a size), or a sequence spread over the node's outputs."""
-    outputs = node["outputs"]
-    names = [None if "as_none" in out or not _names(out) else
-             (list(_names(out))[0] if not _is_list(out) else [_input_name(i) for i in _listed(out)])
-             for out in outputs]
-    if not outputs:
-        return lambda values, result: None
-    if single and len(outputs) == 1:
-        name = names[0]
-        if name is None:
-            return lambda values, result: None
-        if isinstance(name, list):
-            def spread(values, result):
-                for n, r in zip(name, result, strict=True):
-                    values[n] = r
-            return spread
-        return lambda values, result: values.__setitem__(name, result)
+    """Where a node's result goes. A single return (a tensor, a size, a list of tensors) goes
+    to the node's one output; a sequence (an operator's several returns, a body's outputs) is
+    spread over its outputs, one each, or into its one list output."""
+    targets = [_target(out) for out in node["outputs"]]
 
-    def each(values, result):
-        if len(outputs) == 1 and isinstance(names[0], list):   # one list output: the whole sequence
-            result = [result]
-        if not isinstance(result, (list, tuple)) or len(result) != len(outputs):
-            raise Rejected(f"{where}: returned {type(result).__name__}, not its {len(outputs)} outputs")
-        for name, value in zip(names, result):
-            if isinstance(name, list):
-                for n, r in zip(name, value, strict=True):
-                    values[n] = r
-            elif name is not None:
-                values[name] = value
-    return each
+    def bind(values: dict, result: Any) -> None:
+        if not targets:
+            return
+        if single or (len(targets) == 1 and isinstance(targets[0], list)):
+            _put(values, targets[0], result)
+            return
+        if not isinstance(result, (list, tuple)) or len(result) != len(targets):
+            raise Rejected(f"{where}: returned {type(result).__name__}, not its {len(targets)} outputs")
+        for target, value in zip(targets, result):
+            _put(values, target, value)
+    return bind
+
+
+def _target(out: dict) -> str | list | None:
+    """An output's name, its list of names, or None where nothing is named (None, a constant)."""
+    if _is_list(out):
+        return [_target(item) for item in _listed(out)]
+    names = _names(out)
+    return next(iter(names)) if names else None
+
+
+def _put(values: dict, target: str | list | None, value: Any) -> None:
+    if isinstance(target, list):
+        if not isinstance(value, (list, tuple)) or len(value) != len(target):
+            raise Rejected(f"a node returned {type(value).__name__} for a list of {len(target)} outputs")
+        for name, item in zip(target, value):
+            _put(values, name, item)
+    elif target is not None:
+        values[target] = value
 
 
 def _no_randomness(schema, given: dict) -> bool:

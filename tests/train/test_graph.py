@@ -112,3 +112,10 @@ def test_an_operator_not_in_torch_is_refused_by_name(tmp_path):
         "torch.ops.aten.no_such_op.default", {"self": {"as_tensor": {"name": "idx"}}}, "nothing")))
     with pytest.raises(schema.Rejected, match="no such operator"):
         evaluate.load_model(evil)
+
+
+def test_a_node_that_reads_a_value_no_earlier_node_made_is_refused_by_name(tmp_path):
+    evil = rewrite(honest(tmp_path), tmp_path / "evil.pt2", _prepend(_node(
+        "torch.ops.aten.relu.default", {"self": {"as_tensor": {"name": "made_later"}}}, "early")))
+    with pytest.raises(schema.Rejected, match="reads made_later, which no earlier node makes"):
+        evaluate.load_model(evil)
