@@ -274,9 +274,12 @@ def _overload(parts: list[str], where: str) -> torch._ops.OpOverload:
     if len(parts) != 5 or parts[2] not in OPERATOR_NAMESPACES or parts[3] in DENIED_ATEN:
         raise Rejected(f"{where}: not an operator of a model")
     try:
-        op = getattr(getattr(getattr(torch.ops, parts[2]), parts[3]), parts[4])
+        packet = getattr(getattr(torch.ops, parts[2]), parts[3])
     except (AttributeError, RuntimeError):
         raise Rejected(f"{where}: no such operator in this torch") from None
+    if not isinstance(packet, torch._ops.OpOverloadPacket) or parts[4] not in packet.overloads():
+        raise Rejected(f"{where}: no such operator in this torch")
+    op = getattr(packet, parts[4])
     if not isinstance(op, torch._ops.OpOverload):
         raise Rejected(f"{where}: not an operator overload")
     return op

@@ -107,9 +107,13 @@ def test_a_graph_that_writes_to_what_it_is_given_is_refused(tmp_path, what):
         evaluate.load_model(evil)
 
 
-def test_an_operator_not_in_torch_is_refused_by_name(tmp_path):
+@pytest.mark.parametrize("target", ["torch.ops.aten.no_such_op.default", "torch.ops.aten.__class__.default",
+                                    "torch.ops.aten.add.__init__", "torch.ops.aten.add.overloads"])
+def test_an_operator_not_in_torch_s_registry_is_refused_by_name(tmp_path, target):
+    """Only an overload torch's registry lists is called: no attribute of the namespace or of
+    the operator's packet passes for one (the schema's grammar lets these names through)."""
     evil = rewrite(honest(tmp_path), tmp_path / "evil.pt2", _prepend(_node(
-        "torch.ops.aten.no_such_op.default", {"self": {"as_tensor": {"name": "idx"}}}, "nothing")))
+        target, {"self": {"as_tensor": {"name": "idx"}}}, "nothing")))
     with pytest.raises(schema.Rejected, match="no such operator"):
         evaluate.load_model(evil)
 
