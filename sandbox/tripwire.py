@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sandbox.held_out import Cover
+from sandbox.pids import pid_alive
 from sandbox.protocol import HiddenFile
 
 
@@ -133,18 +134,8 @@ def _sweep() -> None:
     """Remove the scratch folders of harnesses that are gone (killed before their close)."""
     for folder in glob.glob(str(SCRATCH / f"{PREFIX}*")):
         pid = os.path.basename(folder)[len(PREFIX):].split("-", 1)[0]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not pid_alive(int(pid)):
             shutil.rmtree(folder, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def open_tripwires(run_dir: Path, data_dir: Path, hidden: tuple[HiddenFile, ...],

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from agent.record.state import LoopState
 from sandbox.local import MARKER
+from sandbox.pids import pid_alive
 
 WAIT_S = 5.0
 JOBS_WAIT_S = 60.0      # a cancelled job's processes get Slurm's KillWait to go
@@ -64,17 +65,9 @@ def end_leftovers(runs_dir: Path) -> list[str]:
         except (ProcessLookupError, PermissionError):
             pass
     deadline = time.monotonic() + WAIT_S
-    while time.monotonic() < deadline and any(_alive(pid) for pid in found):
+    while time.monotonic() < deadline and any(pid_alive(pid) for pid in found):
         time.sleep(0.05)
     return [f"{pid} (run {run})" for pid, run in sorted(found.items())]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"   # a zombie is gone
-    except (OSError, IndexError):
-        return False
 
 
 def end_jobs(state: LoopState | None, prefix: str, *, required: bool) -> list[str]:

@@ -24,6 +24,8 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from sandbox.pids import pid_alive, process_start
+
 LOCK_FILE = "lock"
 READ_TRIES = 20          # a holder writes who it is just after locking: wait that long for it
 
@@ -53,31 +55,11 @@ class Holder:
             return True
         started = process_start(self.pid)
         if started is None:
-            return _pid_exists(self.pid)
+            return pid_alive(self.pid)
         return self.process_start is None or started == self.process_start
 
     def describe(self) -> str:
         return f"PID {self.pid} on {self.host} (since {self.since}: {self.command or '?'})"
-
-
-def process_start(pid: int) -> str | None:
-    """The start time of process `pid` in clock ticks since boot (Linux), else None."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as handle:
-            fields = handle.read().rsplit(")", 1)[1].split()
-        return fields[19]   # field 22 of stat(5), counted after "pid (comm)"
-    except (OSError, IndexError):
-        return None
-
-
-def _pid_exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:   # another user's process
-        return True
-    return True
 
 
 def read_holder(folder: Path) -> Holder | None:
