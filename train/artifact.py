@@ -26,6 +26,7 @@ Any refusal raises `Rejected` (schema.py) with the reason.
 """
 from __future__ import annotations
 
+import math
 import re
 import sys
 import zipfile
@@ -118,8 +119,15 @@ def _tensor(storage: torch.Tensor, meta: dict, where: str) -> torch.Tensor:
     if span > storage.numel():
         raise Rejected(f"{where}: {storage.numel() * storage.element_size()} bytes stored, fewer than its "
                        f"shape {sizes} needs")
-    tensor = torch.zeros(sizes, dtype=storage.dtype) if span == 0 else storage.as_strided(sizes, strides, offset)
+    if math.prod(sizes) > max(span, 1):
+        raise Rejected(f"{where}: sizes {sizes} and strides {strides} repeat its stored bytes")
     device = torch.device(meta["device"]["type"], meta["device"].get("index"))
+    if device.type == "meta":
+        raise Rejected(f"{where}: a tensor on the meta device holds no values")
+    try:
+        tensor = torch.zeros(sizes, dtype=storage.dtype) if span == 0 else storage.as_strided(sizes, strides, offset)
+    except (RuntimeError, TypeError, OverflowError) as error:
+        raise Rejected(f"{where}: sizes {sizes} cannot be made ({short(error)})") from None
     if device.type != "cpu":
         try:
             tensor = tensor.to(device)

@@ -154,23 +154,30 @@ class Scorer:
 
     @torch.no_grad()
     def logits(self, x: torch.Tensor) -> torch.Tensor:
-        """Logits (B, T, 256) as float32 on the CPU; Rejected for any other output."""
+        """Logits (B, T, 256) as float32 on the CPU; Rejected for any other output.
+
+        Every call gets the same kind of input: `step` windows (the last batch filled up, the
+        filler dropped), in storage of their own. A view of the caller's tensor would tell the
+        model where it was called from (a scored batch's rows are T + 1 bytes apart, a probe's
+        T) and let it read each window's target byte beyond its end."""
         step = self.batch or min(SCORING_BATCH.get(self.device.type, 512), self.most or 1 << 30)
         parts = []
         for i in range(0, len(x), step):
             chunk = x[i:i + step]
-            pad = step - len(chunk) if self.batch else 0
-            if pad:   # a graph made for one batch size: fill the last batch, drop the filler
+            pad = step - len(chunk)
+            if pad:
                 chunk = torch.cat([chunk, chunk[:1].expand(pad, -1)])
             try:
-                out = self.module(chunk.to(self.device))
+                out = self.module(chunk.clone(memory_format=torch.contiguous_format).to(self.device))
+                if not isinstance(out, torch.Tensor) or tuple(out.shape) != (step, self.context_len, VOCAB):
+                    shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+                    raise Rejected(f"the model returned {shape}, expected logits of shape (B, T, 256) = "
+                                   f"{(step, self.context_len, VOCAB)}")
+                parts.append(out[:step - pad].float().cpu())
+            except Rejected:
+                raise
             except Exception as error:
                 raise Rejected(f"calling the model failed: {type(error).__name__}: {_short(error)}") from None
-            if not isinstance(out, torch.Tensor) or tuple(out.shape) != (len(chunk), self.context_len, VOCAB):
-                shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-                raise Rejected(f"the model returned {shape}, expected logits of shape (B, T, 256) = "
-                               f"{(len(chunk), self.context_len, VOCAB)}")
-            parts.append(out[:len(chunk) - pad].float().cpu())
         return torch.cat(parts)
 
     def bits_per_byte(self, data: torch.Tensor) -> tuple[float, torch.Tensor]:
@@ -281,6 +288,9 @@ def evaluate(artifact_path: Path, data_dir: Path, split: str, seed: int) -> dict
     result = {"split": split, "probes": probes, "probe_seed": seed}
     held_out, train = load_split(data_dir, split), load_split(data_dir, "train")
     stage = "artifact"
+    deterministic = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    # Uninitialized memory (aten.empty) comes back filled, not with an earlier call's bytes.
+    torch.use_deterministic_algorithms(True, warn_only=True)
     try:
         with Guard(readable=[artifact_path]) as guard:
             model = artifact.read(artifact_path)
@@ -303,10 +313,13 @@ def evaluate(artifact_path: Path, data_dir: Path, split: str, seed: int) -> dict
             if not probes["memorization"]["ok"]:
                 return result
             train_bpb, _ = scorer.bits_per_byte(windows(train, scorer.context_len, TRAIN_SAMPLE_BYTES))
-    except Rejected as rejected:
+    except Exception as error:   # Rejected, or what a hostile archive makes the reading raise
         refused = guard.refusals if "guard" in locals() else []
-        probes["guard" if refused else stage] = {"ok": False, "detail": str(rejected)}
+        detail = str(error) if isinstance(error, Rejected) else f"{type(error).__name__}: {_short(error)}"
+        probes["guard" if refused else stage] = {"ok": False, "detail": detail}
         return result
+    finally:
+        torch.use_deterministic_algorithms(deterministic[0], warn_only=deterministic[1])
     picks = torch.linspace(0, len(per_window) - 1, min(FINGERPRINT_WINDOWS, len(per_window))).long()
     result.update(val_bpb=val_bpb, train_bpb=train_bpb, generalization_gap=val_bpb - train_bpb,
                   fingerprint=[round(float(v), 5) for v in per_window[picks]],

@@ -42,6 +42,10 @@ DTYPES = {1: torch.uint8, 2: torch.int8, 3: torch.int16, 4: torch.int32, 5: torc
 MEMORY_FORMATS = {1: torch.contiguous_format, 2: torch.channels_last, 3: torch.channels_last_3d,
                   4: torch.preserve_format}
 POSITIONAL, KEYWORD = 1, 2
+# Internal operators that trust their arguments (sparse and nested constructors that skip their
+# index checks, storage and resize), or keep data outside the strided tensors this interpreter
+# tracks: a model needs none of them, and a hostile one could write out of bounds.
+UNCHECKED_MEMORY = re.compile(r"sparse|nested|mkldnn|quantiz|storage|^set_$|resize|record_stream|from_blob")
 PYTHON_MODULES = {"_operator": operator, "math": math, "torch": torch}
 
 Getter = Callable[[dict], Any]   # the value of an argument, given the values computed so far
@@ -89,6 +93,9 @@ class Model:
         self.graph = Graph(graph, "graph", shared=set(names))
         self.tensors = tensors
         self.ranges = program["range_constraints"]
+        # What every call must leave as it found it: the static check above misses any write
+        # through an alias torch's schemas do not annotate, so each call is checked after.
+        self.pristine = Pristine({name: v for name, v in self.bound.items() if isinstance(v, torch.Tensor)})
         self.device = next((t.device for t in tensors.values()), torch.device("cpu"))
 
     @property
@@ -112,7 +119,42 @@ class Model:
 
     def __call__(self, windows: torch.Tensor) -> Any:
         outputs = self.graph.run({**self.bound, self.input_name: windows})
+        changed = self.pristine.changed()
+        if changed:
+            raise Rejected(f"calling the model changed {changed}, which it is given (a weight or a buffer): "
+                           f"a model that changes its weights keeps state between calls")
         return outputs[0] if len(outputs) == 1 else outputs
+
+
+class Pristine:
+    """The given tensors as they were: each one's shape, strides, offset and storage, and a copy
+    of every storage's bytes. `changed()` names one that differs now, or returns None. Bytes
+    are compared bitwise (a NaN weight stays equal to itself; 10x faster than torch.equal on
+    floats), and the metadata too: an in-place view op (t_, squeeze_) changes no byte."""
+
+    def __init__(self, tensors: dict[str, torch.Tensor]) -> None:
+        self.layout = {name: _layout(t) for name, t in tensors.items()}
+        self.tensors = tensors
+        self.storages: dict[int, tuple[str, torch.Tensor, torch.Tensor]] = {}
+        for name, t in tensors.items():
+            storage = t.untyped_storage()
+            if storage.data_ptr() not in self.storages:
+                raw = torch.empty(0, dtype=torch.uint8, device=t.device).set_(storage)
+                self.storages[storage.data_ptr()] = (name, raw, raw.clone())
+
+    def changed(self) -> str | None:
+        for name, t in self.tensors.items():
+            if _layout(t) != self.layout[name]:
+                return name
+        for name, raw, copy in self.storages.values():
+            if not torch.equal(raw, copy):
+                return name
+        return None
+
+
+def _layout(t: torch.Tensor) -> tuple:
+    return tuple(t.shape), t.stride(), t.storage_offset(), t.dtype, t.untyped_storage().data_ptr(), \
+        t.untyped_storage().nbytes()
 
 
 class Graph:
@@ -158,6 +200,8 @@ class Graph:
         if len(parts) == 2 and parts[1] in ALLOWED_PYTHON_OPS.get(parts[0], ()):
             function = getattr(PYTHON_MODULES[parts[0]], parts[1])
             args = [_argument(item["arg"], self, where) for item in node["inputs"]]
+            if any(_names(item["arg"]) & self.shared for item in node["inputs"]):
+                self.shared |= _output_names(node)   # getitem(w, 0) is a view, pos(w) is w
             return function, args, {}, _binder(node, where, single=True)
         raise Rejected(f"{where}: not an operator of a model")
 
@@ -201,22 +245,29 @@ class Graph:
         items = [item["arg"] for item in node["inputs"]]
         if any(item.get("kind") == KEYWORD and item["name"] for item in node["inputs"]):
             raise Rejected(f"{where}: keyword arguments to a higher-order operator")
-        # A body's inputs are the operands after the last body, flattened (a cond's, a loop's
-        # and a map's operands come as lists). Each is shared where its operand is; where the
-        # body sees the operands otherwise (a loop's carried values, a map's slices), all are
-        # shared if any operand is.
-        last = max((i for i, arg in enumerate(items) if "as_graph" in arg), default=-1)
-        operands = [a for arg in items[last + 1 + OPERANDS_SKIP.get(name, 0):]
-                    for a in (_listed(arg) if _is_list(arg) else [arg])]
+        # Each operator's layout is fixed: its bodies where it takes them and nowhere else, its
+        # operands after them, exactly as many as each body takes. A body's input is shared
+        # where its operand is; where a body sees the operands otherwise (a loop's carried
+        # values, a map's slices), all are shared if any operand is.
+        values = [None if "as_graph" in arg else _argument(arg, self, where) for arg in items]
+        bodies_at, operands_from, length = HIGHER_ORDER_LAYOUT[name]
+        graphs_at = tuple(i for i, arg in enumerate(items) if "as_graph" in arg)
+        if graphs_at != bodies_at or (length is not None and len(items) != length) or len(items) < operands_from:
+            raise Rejected(f"{where}: {name} takes its bodies at {list(bodies_at)} and its operands from "
+                           f"position {operands_from}; this node has {len(items)} inputs, bodies at {list(graphs_at)}")
+        operands = [a for arg in items[operands_from:] for a in (_listed(arg) if _is_list(arg) else [arg])]
         shared_operands = [bool(_names(arg) & self.shared) for arg in operands]
         args, bodies = [], []
-        for arg in items:
-            if "as_graph" not in arg:
-                args.append(_argument(arg, self, where))
+        for arg, value in zip(items, values):
+            if value is not None:
+                args.append(value)
                 continue
             body = arg["as_graph"]
             inputs = [_input_name(a) for a in body["graph"]["inputs"]]
-            if name in ("while_loop", "map_impl") or len(inputs) != len(operands):
+            if len(inputs) != len(operands):
+                raise Rejected(f"{where}: the body {body['name']} takes {len(inputs)} inputs, "
+                               f"given {len(operands)} operands")
+            if name in ("while_loop", "map_impl"):
                 shared = set(inputs) if any(shared_operands) else set()
             else:
                 shared = {n for n, held in zip(inputs, shared_operands) if held}
@@ -244,7 +295,7 @@ def _cond(predicate, true_body, false_body, operands):
     return (true_body if bool(predicate) else false_body)(*operands)
 
 
-def _while_loop(cond_body, loop_body, carried, additional, *_flags):
+def _while_loop(cond_body, loop_body, carried, additional):
     carried = list(carried)
     while bool(cond_body(*carried, *additional)[0]):
         carried = loop_body(*carried, *additional)
@@ -262,7 +313,10 @@ def _invoke_subgraph(body, _identifier, *operands):
 
 HIGHER_ORDER = {"wrap_with_autocast": _autocast, "wrap_with_set_grad_enabled": _set_grad_enabled,
                 "cond": _cond, "while_loop": _while_loop, "map_impl": _map, "invoke_subgraph": _invoke_subgraph}
-OPERANDS_SKIP = {"invoke_subgraph": 1}   # its identifier comes between the body and the operands
+# name: (where its bodies are, where its operands start, how many inputs it takes or None)
+HIGHER_ORDER_LAYOUT = {"wrap_with_autocast": ((4,), 5, None), "wrap_with_set_grad_enabled": ((1,), 2, None),
+                       "invoke_subgraph": ((0,), 2, None), "cond": ((1, 2), 3, 4), "while_loop": ((0, 1), 2, 4),
+                       "map_impl": ((0,), 1, 3)}
 assert set(HIGHER_ORDER) == ALLOWED_HIGHER_ORDER
 
 
@@ -271,8 +325,10 @@ assert set(HIGHER_ORDER) == ALLOWED_HIGHER_ORDER
 def _overload(parts: list[str], where: str) -> torch._ops.OpOverload:
     """torch.ops.<namespace>.<operator>.<overload>, looked up in torch's operator registry (the
     names are identifiers: schema.operator_target), never by a getattr chain from `torch`."""
-    if len(parts) != 5 or parts[2] not in OPERATOR_NAMESPACES or parts[3] in DENIED_ATEN:
-        raise Rejected(f"{where}: not an operator of a model")
+    if len(parts) != 5 or parts[2] not in OPERATOR_NAMESPACES or parts[3] in DENIED_ATEN \
+            or UNCHECKED_MEMORY.search(parts[3]):
+        raise Rejected(f"{where}: not an operator of a model (file access, printing, or an internal "
+                       f"operator that trusts its arguments)")
     try:
         packet = getattr(getattr(torch.ops, parts[2]), parts[3])
     except (AttributeError, RuntimeError):

@@ -1,6 +1,6 @@
 """The cost of the grader apart, and how often it flags an honest change.
 
-    python -m benchmarks.grader.integrity [--overhead-runs 3] [--budget 60s]
+    python -m benchmarks.grader.integrity [--overhead-runs 3] [--budget 60s] [--sandbox local]
                                    [--experiments 20] [--night-budget 15s] [--skip-night]
 
 Two parts, both through the real CLI on a throw-away copy of the bundled target (local
@@ -11,7 +11,10 @@ sandbox, CPU; run on idle cores and say so: load is the noise here):
    the harness; it includes export) and the evaluation step (train/evaluate.py in its own
    sandbox). Printed per run and as medians: the training step's wall time, the export
    (train.py's own `export_seconds`), the evaluation step's wall time, and the share of the
-   run's wall time (both steps) spent in export and evaluation. Target: <= 10 %.
+   run's wall time (both steps) spent in export and evaluation. Target: <= 10 %. And the
+   over-budget allowance these runs would give as the incumbent's (agent/decide/integrity.py):
+   how far past the budget a candidate must train to be flagged (targets: 25 % at 15 s, 10 %
+   at 60 s, on idle cores).
    RewardHackingAgents reports 25-31 % for locking its evaluator.
 2. False flags. A night of `--experiments` honest knob changes by the Optuna researcher at
    `--night-budget`, every candidate on two seeds (seeds: screen 2), so the seed check applies
@@ -37,10 +40,10 @@ from agent.record.events import Role
 from tests.loop_helpers import cli_env, loop_state, nightshift, project_repo
 
 
-def overhead(work: Path, runs: int, budget: str) -> None:
-    repo = project_repo(work / "overhead", budget=budget, sandbox="local", researcher="optuna")
+def overhead(work: Path, runs: int, budget: str, sandbox: str = "local") -> None:
+    repo = project_repo(work / "overhead", budget=budget, sandbox=sandbox, researcher="optuna")
     env = cli_env(work / "data")
-    print(f"== overhead: {runs} runs of the unmodified train.py at {budget}, local sandbox")
+    print(f"== overhead: {runs} runs of the unmodified train.py at {budget}, {sandbox} sandbox")
     started = time.time()
     done = nightshift(repo, "noise", "--tag", "overhead", "--seeds", str(runs), env=env, timeout=runs * 600)
     if done.returncode != 0:
@@ -59,6 +62,12 @@ def overhead(work: Path, runs: int, budget: str) -> None:
     print(f"  median: training step {medians[0]:.1f} s, export {medians[1]:.2f} s, evaluation "
           f"{medians[2]:.2f} s: {medians[3]:.1%} of a run's wall time (target <= 10 %; "
           f"{time.time() - started:.0f} s for this part)")
+    budget_s = parse_duration(budget)
+    allowed, spread = integrity.over_budget_allowance([row[0] for row in rows], budget_s)
+    spread_words = f"robust sd {spread:.2f} s" if spread is not None else "spread not measured (< 3 runs)"
+    print(f"  over-budget allowance against these runs as the incumbent's: {allowed:.2f} s ({spread_words}): "
+          f"a candidate training {allowed / budget_s:.0%} past a {budget_s:g}-s budget is flagged "
+          f"(targets: 25 % at 15 s, 10 % at 60 s)")
 
 
 def false_flags(work: Path, experiments: int, budget: str) -> None:
@@ -119,6 +128,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--overhead-runs", type=int, default=3)
     parser.add_argument("--budget", default="60s", help="the overhead runs' budget")
+    parser.add_argument("--sandbox", default="local", choices=("local", "docker"), help="the overhead runs' sandbox")
     parser.add_argument("--experiments", type=int, default=20)
     parser.add_argument("--night-budget", default="15s", help="the false-flag night's budget")
     parser.add_argument("--skip-night", action="store_true", help="the overhead part only")
@@ -126,7 +136,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="nightshift-integrity-") as tmp:
         work = Path(tmp)
         if args.overhead_runs:
-            overhead(work, args.overhead_runs, args.budget)
+            overhead(work, args.overhead_runs, args.budget, args.sandbox)
         if not args.skip_night:
             false_flags(work, args.experiments, args.night_budget)
 

@@ -143,6 +143,7 @@ def test_seeds_that_change_nothing_are_flagged_and_honest_seeds_are_not():
 
 def test_a_gap_closed_far_past_the_incumbents_spread_is_a_leak():
     ref = [run(s, 2.0, role=Role.REFERENCE, commit="i", gap=0.10 + 0.005 * s) for s in range(4)]
-    assert flag([run(1000, 1.8, gap=0.05)], ref) is None                # closer, but inside 0.15
+    assert flag([run(1000, 1.8, gap=0.05)], ref) is None                # closer, but inside 0.25
+    assert flag([run(1000, 1.8, gap=-0.06)], ref) is None   # 0.16 closer: an honest longer context did that
     leak = flag([run(1000, 1.2, gap=-0.4)], ref)
     assert leak.verdict.value == "leak" and "seen the evaluation bytes" in leak.reason

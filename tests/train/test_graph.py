@@ -15,9 +15,17 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "train"))
 import evaluate  # noqa: E402
 import graph  # noqa: E402
+import prepare  # noqa: E402
 import schema  # noqa: E402
 from tests.train.test_artifact import Cond, edit_model, honest, rewrite  # noqa: E402
 from tests.train.test_evaluate import T, Attention, Causal  # noqa: E402
+from tests.train.test_prepare import make_corpus  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("graph")
+    return prepare.prepare(make_corpus(root / "corpus"), root / "data")
 
 
 class InPlace(Causal):
@@ -122,4 +130,107 @@ def test_a_node_that_reads_a_value_no_earlier_node_made_is_refused_by_name(tmp_p
     evil = rewrite(honest(tmp_path), tmp_path / "evil.pt2", _prepend(_node(
         "torch.ops.aten.relu.default", {"self": {"as_tensor": {"name": "made_later"}}}, "early")))
     with pytest.raises(schema.Rejected, match="reads made_later, which no earlier node makes"):
+        evaluate.load_model(evil)
+
+
+def test_a_write_through_an_alias_torch_does_not_annotate_is_caught_after_the_call(tmp_path, data_dir):
+    """dropout(w, 0, train=False) returns w itself, with no alias annotation in its schema, so
+    the static check takes the result for a fresh value; the weights are compared after every
+    call, and the first call that changed one ends the evaluation."""
+    source = honest(tmp_path)
+    weight = _weight_name(source)
+    evil = rewrite(source, tmp_path / "evil.pt2", _prepend(
+        _node("torch.ops.aten.dropout.default", {"input": {"as_tensor": {"name": weight}}, "p": {"as_float": 0.0},
+                                                  "train": {"as_bool": False}}, "same"),
+        _node("torch.ops.aten.add_.Tensor", {"self": {"as_tensor": {"name": "same"}}, "other": {"as_float": 1.0}},
+              "bumped")))
+    result = evaluate.evaluate(evil, data_dir, "val", seed=1)
+    failed = [p["detail"] for p in result["probes"].values() if not p["ok"]]
+    assert failed and "keeps state between calls" in failed[0] and weight in failed[0], result["probes"]
+    assert "val_bpb" not in result
+
+
+def test_every_call_gets_windows_in_storage_of_their_own(data_dir):
+    """A scored batch and a probe's look the same to the model: (step, T), contiguous, at
+    offset 0 of storage that holds nothing else (a view would show where it came from and let
+    the model read each window's target byte)."""
+    seen = []
+
+    class Recorder:
+        window_shape, max_batch, device = (None, T), None, torch.device("cpu")
+
+        def __call__(self, x):
+            seen.append((tuple(x.shape), x.stride(), x.storage_offset(), x.untyped_storage().nbytes()))
+            return torch.zeros(*x.shape, 256)
+
+    scorer = evaluate.Scorer(Recorder())
+    val = evaluate.windows(prepare.load_split(data_dir, "val"), T)
+    scorer.bits_per_byte(val[:70])
+    evaluate.causality(scorer, val, seed=3)
+    step = evaluate.SCORING_BATCH["cpu"]
+    assert len(seen) > 3 and set(seen) == {((step, T), (T, 1), 0, step * T * 8)}
+
+
+class Uninitialized(Causal):
+    def forward(self, idx):
+        return super().forward(idx) + torch.empty(idx.shape[0], T, 256)
+
+
+def test_uninitialized_memory_reads_as_nan_not_as_an_earlier_call_s_bytes(tmp_path, data_dir):
+    result = evaluate.evaluate(honest(tmp_path, Uninitialized()), data_dir, "val", seed=1)
+    assert result["probes"]["shape"]["ok"] is False and "not finite" in result["probes"]["shape"]["detail"]
+
+
+def _retarget(old: str, new_target: str):
+    def change(model):
+        for node in model["graph_module"]["graph"]["nodes"]:
+            if node["target"] == old:
+                node["target"] = new_target
+    return edit_model(change)
+
+
+def test_a_higher_order_operator_with_a_body_out_of_place_is_refused(tmp_path):
+    """A body appended after the operands would be called as an operand, its inputs unmatched."""
+    def change(model):
+        for node in model["graph_module"]["graph"]["nodes"]:
+            if node["target"].endswith("higher_order.cond"):
+                body = next(item["arg"] for item in node["inputs"] if "as_graph" in item["arg"])
+                node["inputs"].append({"name": "", "arg": body, "kind": 1})
+    evil = rewrite(honest(tmp_path, Cond()), tmp_path / "evil.pt2", edit_model(change))
+    with pytest.raises(schema.Rejected, match="takes its bodies at"):
+        evaluate.load_model(evil)
+
+
+@pytest.mark.parametrize("edit, words", [
+    (lambda m: m["graph_module"]["graph"]["nodes"].insert(0, _node(
+        "torch.ops.aten._sparse_coo_tensor_unsafe.default", {"indices": {"as_tensor": {"name": "idx"}},
+                                                            "values": {"as_tensor": {"name": "idx"}}}, "sparse")),
+     "trusts its arguments"),
+    (lambda m: m["graph_module"]["graph"]["nodes"].insert(0, _node(
+        "torch.ops.aten.set_.source_Tensor", {"self": {"as_tensor": {"name": "idx"}},
+                                             "source": {"as_tensor": {"name": "idx"}}}, "moved")),
+     "trusts its arguments"),
+], ids=["unchecked sparse", "set_"])
+def test_operators_that_trust_their_arguments_are_refused(tmp_path, edit, words):
+    evil = rewrite(honest(tmp_path), tmp_path / "evil.pt2", edit_model(edit))
+    with pytest.raises(schema.Rejected, match=words):
+        evaluate.load_model(evil)
+
+
+def _weights_config(change):
+    def edit(entries):
+        name = next(n for n in entries if n.endswith("model_weights_config.json"))
+        config = json.loads(entries[name])
+        change(next(iter(config["config"].values()))["tensor_meta"])
+        entries[name] = json.dumps(config).encode()
+    return edit
+
+
+@pytest.mark.parametrize("change, words", [
+    (lambda meta: meta.update(sizes=[{"as_int": 1 << 62}], strides=[{"as_int": 0}]), "repeat its stored bytes"),
+    (lambda meta: meta.update(device={"type": "meta", "index": None}), "meta device"),
+], ids=["stride 0", "meta"])
+def test_a_stored_tensor_that_is_not_its_bytes_is_refused(tmp_path, change, words):
+    evil = rewrite(honest(tmp_path), tmp_path / "evil.pt2", _weights_config(change))
+    with pytest.raises(schema.Rejected, match=words):
         evaluate.load_model(evil)
