@@ -289,8 +289,10 @@ def evaluate(artifact_path: Path, data_dir: Path, split: str, seed: int) -> dict
     held_out, train = load_split(data_dir, split), load_split(data_dir, "train")
     stage = "artifact"
     deterministic = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
-    # Uninitialized memory (aten.empty) comes back filled, not with an earlier call's bytes.
-    torch.use_deterministic_algorithms(True, warn_only=True)
+    # Uninitialized memory (aten.empty) comes back filled, not with an earlier call's bytes. The
+    # C switch itself: torch.use_deterministic_algorithms also imports torch._inductor (3.3 s
+    # of every evaluation step) to mirror the flag in a compiler the evaluator never runs.
+    torch._C._set_deterministic_algorithms(True, warn_only=True)
     try:
         with Guard(readable=[artifact_path]) as guard:
             model = artifact.read(artifact_path)
@@ -319,7 +321,7 @@ def evaluate(artifact_path: Path, data_dir: Path, split: str, seed: int) -> dict
         probes["guard" if refused else stage] = {"ok": False, "detail": detail}
         return result
     finally:
-        torch.use_deterministic_algorithms(deterministic[0], warn_only=deterministic[1])
+        torch._C._set_deterministic_algorithms(deterministic[0], warn_only=deterministic[1])
     picks = torch.linspace(0, len(per_window) - 1, min(FINGERPRINT_WINDOWS, len(per_window))).long()
     result.update(val_bpb=val_bpb, train_bpb=train_bpb, generalization_gap=val_bpb - train_bpb,
                   fingerprint=[round(float(v), 5) for v in per_window[picks]],

@@ -28,6 +28,7 @@ import operator
 import re
 from typing import Any, Callable
 
+import numpy as np
 import torch
 
 from schema import ALLOWED_HIGHER_ORDER, ALLOWED_PYTHON_OPS, DENIED_ATEN, OPERATOR_NAMESPACES, Rejected
@@ -129,8 +130,8 @@ class Model:
 class Pristine:
     """The given tensors as they were: each one's shape, strides, offset and storage, and a copy
     of every storage's bytes. `changed()` names one that differs now, or returns None. Bytes
-    are compared bitwise (a NaN weight stays equal to itself; 10x faster than torch.equal on
-    floats), and the metadata too: an in-place view op (t_, squeeze_) changes no byte."""
+    are compared bitwise (a NaN weight stays equal to itself; numpy's compare of bytes is 10x
+    faster than torch.equal on the CPU), and the metadata too: an in-place view op (t_, squeeze_) changes no byte."""
 
     def __init__(self, tensors: dict[str, torch.Tensor]) -> None:
         self.layout = {name: _layout(t) for name, t in tensors.items()}
@@ -147,7 +148,7 @@ class Pristine:
             if _layout(t) != self.layout[name]:
                 return name
         for name, raw, copy in self.storages.values():
-            if not torch.equal(raw, copy):
+            if not (np.array_equal(raw.numpy(), copy.numpy()) if raw.device.type == "cpu" else torch.equal(raw, copy)):
                 return name
         return None
 
