@@ -35,7 +35,7 @@ from pathlib import Path
 import torch
 
 from graph import Model
-from schema import (DTYPES, ITEMSIZE, MAX_JSON_BYTES, Rejected, exported_program, payload_config, short, show,
+from schema import (DTYPES, MAX_JSON_BYTES, Rejected, exported_program, payload_config, short, show,
                     strict_json)
 
 # ---------------------------------------------------------------- limits
@@ -97,7 +97,7 @@ def _storage(data: bytes, meta: dict, where: str) -> torch.Tensor:
     dtype = DTYPES.get(meta["dtype"])
     if dtype is None:
         raise Rejected(f"{where}: dtype {meta['dtype']} is not a plain tensor dtype")
-    if len(data) % ITEMSIZE[meta["dtype"]]:
+    if len(data) % dtype.itemsize:
         raise Rejected(f"{where}: {len(data)} bytes, not a whole number of {dtype} values")
     if not data:
         return torch.empty(0, dtype=dtype)

@@ -31,15 +31,10 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from schema import ALLOWED_HIGHER_ORDER, ALLOWED_PYTHON_OPS, DENIED_ATEN, OPERATOR_NAMESPACES, Rejected
+from schema import (ALLOWED_HIGHER_ORDER, ALLOWED_PYTHON_OPS, DENIED_ATEN, OPERATOR_NAMESPACES, SCALAR_DTYPES,
+                    Rejected)
 
 SCHEMA_MAJOR = 8                 # torch/_export/serde/schema.py SCHEMA_VERSION, torch 2.13
-# torch/_export/serde/schema.py's enums (tests/train/test_graph.py checks them against torch's)
-DTYPES = {1: torch.uint8, 2: torch.int8, 3: torch.int16, 4: torch.int32, 5: torch.int64,
-          6: torch.float16, 7: torch.float32, 8: torch.float64, 9: torch.complex32, 10: torch.complex64,
-          11: torch.complex128, 12: torch.bool, 13: torch.bfloat16, 28: torch.uint16,
-          29: torch.float8_e4m3fn, 30: torch.float8_e5m2, 31: torch.float8_e4m3fnuz,
-          32: torch.float8_e5m2fnuz, 33: torch.float8_e8m0fnu, 34: torch.uint32, 35: torch.uint64}
 MEMORY_FORMATS = {1: torch.contiguous_format, 2: torch.channels_last, 3: torch.channels_last_3d,
                   4: torch.preserve_format}
 POSITIONAL, KEYWORD = 1, 2
@@ -175,8 +170,8 @@ class Graph:
             self.steps.append(self._bind(node, where_node))
             defined |= _output_names(node)
         _defined([{"arg": arg} for arg in graph["outputs"]], defined, f"{where}.outputs")
-        self.outputs = [_argument(arg, self, where) for arg in graph["outputs"]]
-        self.returns_shared = [_names(arg) & self.shared != set() for arg in graph["outputs"]]
+        self.outputs = [_argument(arg, where) for arg in graph["outputs"]]
+        self.returns_shared = any(_names(arg) & self.shared for arg in graph["outputs"])
 
     def run(self, values: dict) -> list:
         for call, args, kwargs, bind in self.steps:
@@ -200,7 +195,7 @@ class Graph:
             return self._operator(_overload(parts, where), node, where)
         if len(parts) == 2 and parts[1] in ALLOWED_PYTHON_OPS.get(parts[0], ()):
             function = getattr(PYTHON_MODULES[parts[0]], parts[1])
-            args = [_argument(item["arg"], self, where) for item in node["inputs"]]
+            args = [_argument(item["arg"], where) for item in node["inputs"]]
             if any(_names(item["arg"]) & self.shared for item in node["inputs"]):
                 self.shared |= _output_names(node)   # getitem(w, 0) is a view, pos(w) is w
             return function, args, {}, _binder(node, where, single=True)
@@ -220,7 +215,7 @@ class Graph:
             item = given[spec.name]
             kind = item.get("kind") or (KEYWORD if spec.kwarg_only or spec.has_default_value() else POSITIONAL)
             positional = positional and kind == POSITIONAL and not spec.kwarg_only
-            getter = _argument(item["arg"], self, where)
+            getter = _argument(item["arg"], where)
             if positional:
                 args.append(getter)
             else:
@@ -250,7 +245,7 @@ class Graph:
         # operands after them, exactly as many as each body takes. A body's input is shared
         # where its operand is; where a body sees the operands otherwise (a loop's carried
         # values, a map's slices), all are shared if any operand is.
-        values = [None if "as_graph" in arg else _argument(arg, self, where) for arg in items]
+        values = [None if "as_graph" in arg else _argument(arg, where) for arg in items]
         bodies_at, operands_from, length = HIGHER_ORDER_LAYOUT[name]
         graphs_at = tuple(i for i, arg in enumerate(items) if "as_graph" in arg)
         if graphs_at != bodies_at or (length is not None and len(items) != length) or len(items) < operands_from:
@@ -274,7 +269,7 @@ class Graph:
                 shared = {n for n, held in zip(inputs, shared_operands) if held}
             bodies.append(Graph(body["graph"], f"{where} {body['name']}", shared))
             args.append(_constant(bodies[-1].call))
-        if any(any(body.returns_shared) for body in bodies) or (
+        if any(body.returns_shared for body in bodies) or (
                 name in ("while_loop", "map_impl") and any(shared_operands)):
             self.shared |= _output_names(node)   # the result may be a shared value, passed through
         return HIGHER_ORDER[name], args, {}, _binder(node, where, single=False)
@@ -342,14 +337,14 @@ def _overload(parts: list[str], where: str) -> torch._ops.OpOverload:
     return op
 
 
-def _argument(arg: dict, graph: Graph, where: str) -> Getter:
+def _argument(arg: dict, where: str) -> Getter:
     """A getter for one argument: a constant, or values computed earlier in the graph."""
     (kind, value), = arg.items()
     if kind == "as_tensor":
         name = value["name"]
         return lambda values: values[name]
-    if kind in ("as_tensors", "as_optional_tensors", "as_sym_ints", "as_sym_bools", "as_sym_floats"):
-        getters = [_argument(item, graph, where) for item in _listed(arg)]
+    if _is_list(arg):
+        getters = [_argument(item, where) for item in _listed(arg)]
         return lambda values: [get(values) for get in getters]
     if kind in ("as_sym_int", "as_sym_bool", "as_sym_float", "as_optional_tensor"):
         (inner, item), = value.items()
@@ -370,9 +365,9 @@ def _value(kind: str, value: Any, where: str) -> Any:
     if kind in ("as_float", "as_floats", "as_float_lists"):
         return _number(value)
     if kind == "as_scalar_type":
-        if value not in DTYPES:
+        if value not in SCALAR_DTYPES:
             raise Rejected(f"{where}: dtype {value} is not a tensor dtype")
-        return DTYPES[value]
+        return SCALAR_DTYPES[value]
     if kind == "as_memory_format":
         if value not in MEMORY_FORMATS:
             raise Rejected(f"{where}: memory format {value} is not one of torch's")

@@ -54,10 +54,15 @@ SYMBOL_ASSUMPTIONS = {"positive", "negative", "nonnegative", "nonpositive", "int
 SCALAR_TYPES = set(range(0, 14)) | set(range(28, 36))
 LAYOUT_STRIDED, MEMORY_FORMATS = 7, {0, 1, 2, 3, 4}
 DEVICES = {"cpu", "cuda", "mps", "meta"}
-DTYPES = {1: torch.uint8, 2: torch.int8, 3: torch.int16, 4: torch.int32, 5: torch.int64, 6: torch.float16,
-          7: torch.float32, 8: torch.float64, 12: torch.bool, 13: torch.bfloat16}
-ITEMSIZE = {1: 1, 2: 1, 3: 2, 4: 4, 5: 8, 6: 2, 7: 4, 8: 8, 9: 4, 10: 8, 11: 16, 12: 1, 13: 2,
-            28: 2, 29: 1, 30: 1, 31: 1, 32: 1, 33: 1, 34: 4, 35: 8}
+# torch/_export/serde/schema.py's ScalarType enum (tests/train/test_graph.py checks it against torch's)
+SCALAR_DTYPES = {1: torch.uint8, 2: torch.int8, 3: torch.int16, 4: torch.int32, 5: torch.int64,
+                 6: torch.float16, 7: torch.float32, 8: torch.float64, 9: torch.complex32,
+                 10: torch.complex64, 11: torch.complex128, 12: torch.bool, 13: torch.bfloat16,
+                 28: torch.uint16, 29: torch.float8_e4m3fn, 30: torch.float8_e5m2,
+                 31: torch.float8_e4m3fnuz, 32: torch.float8_e5m2fnuz, 33: torch.float8_e8m0fnu,
+                 34: torch.uint32, 35: torch.uint64}
+# The dtypes a stored tensor may have: plain numbers (no complex, no float8)
+DTYPES = {code: SCALAR_DTYPES[code] for code in (1, 2, 3, 4, 5, 6, 7, 8, 12, 13)}
 
 
 def sym_expression(text: str) -> bool:

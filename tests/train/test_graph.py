@@ -71,7 +71,7 @@ def test_the_interpreter_computes_what_torch_s_loader_computes(tmp_path, name):
 
 def test_the_enums_match_torch_s_serializer():
     from torch._export.serde import serialize
-    assert {int(k): v for k, v in serialize._SERIALIZE_TO_TORCH_DTYPE.items()} == graph.DTYPES
+    assert {int(k): v for k, v in serialize._SERIALIZE_TO_TORCH_DTYPE.items()} == schema.SCALAR_DTYPES
     assert {int(k): v for k, v in serialize._SERIALIZE_TO_TORCH_MEMORY_FORMAT.items() if k} == graph.MEMORY_FORMATS
     assert graph.SCHEMA_MAJOR == serialize.SCHEMA_VERSION[0]
 
