@@ -29,6 +29,11 @@ kept with and without drift, and the drift the night reached by its end (a night
 the steady one drifts less). The single run is simulated with the drift the loop's night
 reached, its runs spread evenly over the night.
 
+`--redraw`: the nulls redraw the seed's luck when on (the seed effect is drawn from the seed
+and the null knobs' values): an edit that draws its random numbers in another order, as a new
+layer's weights or another data order would. Such a null shares nothing of a seed with the
+incumbent, so only a test on its own pairs can tell it from a win.
+
 `--scale K`: each knob K times (copies with the same effect), a night of 8·K proposals of the
 same mix: how the ratio grows as the runs spent once a night are shared by more candidates.
 
@@ -72,7 +77,7 @@ START = {start}          # the night's start stamp (epoch seconds)
 NIGHT_S = {night_s}      # the expected night length (seconds)
 DRIFT = {drift}          # how far the metric drifts over the night
 seed = int(os.environ["NIGHTSHIFT_SEED"])
-seed_effect = random.Random(f"{{SALT}}/{{seed}}").gauss(0.0, {seed_sd})
+seed_effect = random.Random(f"{{SALT}}/{{seed}}"{redraw}).gauss(0.0, {seed_sd})
 jitter = random.Random().gauss(0.0, {rerun_sd})
 level = {level} + {formula}
 drift = DRIFT * (time.time() - START) / NIGHT_S
@@ -107,16 +112,25 @@ def scaled(knobs: list[str], scale: int) -> list[str]:
     return knobs + copies
 
 
-def seed_effect(salt: int, seed: int) -> float:
-    """The seed's shift of the metric, as the target computes it."""
-    return random.Random(f"{salt}/{seed}").gauss(0.0, SEED_SD)
+def seed_effect(salt: int, seed: int, redrawn: str = "") -> float:
+    """The seed's shift of the metric, as the target computes it (`redrawn`: the redrawing
+    nulls' values, "/0101", under --redraw)."""
+    return random.Random(f"{salt}/{seed}" + redrawn).gauss(0.0, SEED_SD)
 
 
-def target_source(knobs: list[str], salt: int, start: float, night_s: float, drift: float) -> str:
+def redrawing(knobs: list[str], redraw: bool) -> list[str]:
+    """The knobs whose value redraws the seed's luck: the nulls, under --redraw."""
+    return [name for name in knobs if redraw and KIND[name] == "null"]
+
+
+def target_source(knobs: list[str], salt: int, start: float, night_s: float, drift: float,
+                  redraw: bool = False) -> str:
     lines = "\n".join(f"{name} = 0{' ' * max(1, 14 - len(name))}# search: choice(0, 1)" for name in knobs)
     used = [name for name in knobs if KIND[name] != "inert"]
     formula = " + ".join(f"({EFFECT[name]!r}) * {name}" for name in used) or "0.0"
-    return TARGET.format(knobs=lines, salt=salt, start=start, night_s=night_s, drift=drift,
+    keys = redrawing(knobs, redraw)
+    redrawn = ' + "/" + ' + " + ".join(f"str({name})" for name in keys) if keys else ""
+    return TARGET.format(knobs=lines, salt=salt, start=start, night_s=night_s, drift=drift, redraw=redrawn,
                          seed_sd=SEED_SD, rerun_sd=RERUN_SD, level=LEVEL, formula=formula)
 
 
@@ -201,7 +215,7 @@ def read_night(root: Path, wall_s: float) -> Night:
     return night
 
 
-def single_run(knobs_in_order: list[str], salt: int, drift: float) -> Night:
+def single_run(knobs_in_order: list[str], salt: int, drift: float, redrawn: list[str] = ()) -> Night:
     """autoresearch's rule, simulated with the target's metric: the baseline once on seed 0,
     then each candidate once on seed 0, kept when it beats the best recorded value. With
     `drift` (what the loop's night reached by its end), run i of n sits at i/(n−1) of it."""
@@ -210,7 +224,8 @@ def single_run(knobs_in_order: list[str], salt: int, drift: float) -> Night:
     on: set[str] = set()
 
     def measure(knobs: set[str], i: int) -> float:
-        return (LEVEL + sum(EFFECT[k] for k in knobs) + seed_effect(salt, 0)
+        key = "/" + "".join(str(int(name in knobs)) for name in redrawn) if redrawn else ""
+        return (LEVEL + sum(EFFECT[k] for k in knobs) + seed_effect(salt, 0, key)
                 + jitter.gauss(0.0, RERUN_SD) + drift * i / (n - 1))
 
     night = Night(runs={"candidates": n})
@@ -225,17 +240,18 @@ def single_run(knobs_in_order: list[str], salt: int, drift: float) -> Night:
     return night
 
 
-def one_night(night: int, knobs: list[str], drift: float, night_s: float, workdir: Path) -> tuple[Night, Night]:
+def one_night(night: int, knobs: list[str], drift: float, night_s: float, workdir: Path,
+              redraw: bool = False) -> tuple[Night, Night]:
     """(nightshift, single run) on the night's proposals."""
     salt = 1000 + night
     script = proposals(knobs, night)
     order = [next(iter(item["knobs"])) for item in script]
     root = workdir / f"night{night}-{'drift' if drift else 'steady'}" / "repo"
-    write_repo(root, target_source(knobs, salt, time.time(), night_s, drift), script)
+    write_repo(root, target_source(knobs, salt, time.time(), night_s, drift, redraw), script)
     wall = run_night(root, len(script))
     ours = read_night(root, wall)
     ours.drift = drift * wall / night_s          # how far the metric drifted by the night's end
-    return ours, single_run(order, salt, ours.drift)
+    return ours, single_run(order, salt, ours.drift, redrawing(knobs, redraw))
 
 
 def figures(label: str, ours: Night, single: Night, nights: int) -> list[str]:
@@ -264,6 +280,8 @@ def main(argv: list[str] | None = None) -> int:
                         f"steady night's length, metric units (default {DRIFT}: later runs look better)")
     parser.add_argument("--nights", type=int, default=1, help="nights to run (orders and seed effects differ)")
     parser.add_argument("--keep", type=Path, default=None, help="keep the nights' repositories here")
+    parser.add_argument("--redraw", action="store_true", help="the nulls redraw the seed's luck "
+                        "(an edit that draws its random numbers in another order)")
     parser.add_argument("--scale", type=int, default=1, help="each knob this many times (copies "
                         "with the same effect): a night of 8 x SCALE proposals, the same mix")
     args = parser.parse_args(argv)
@@ -275,16 +293,18 @@ def main(argv: list[str] | None = None) -> int:
         if args.drift:
             totals["drift"] = (Night(), Night())
         for night in range(args.nights):
-            ours, single = one_night(night, knobs, 0.0, 60.0, workdir)
+            ours, single = one_night(night, knobs, 0.0, 60.0, workdir, args.redraw)
             _add(totals["steady"], ours, single)
             print(f"night {night} steady: {ours.total_runs} runs in {ours.wall_s:.0f} s, keeps {ours.keeps}", flush=True)
             if args.drift:
-                ours, single = one_night(night, knobs, args.drift_size, max(ours.wall_s, 1.0), workdir)
+                ours, single = one_night(night, knobs, args.drift_size, max(ours.wall_s, 1.0), workdir,
+                                         args.redraw)
                 _add(totals["drift"], ours, single)
                 print(f"night {night} drift:  {ours.total_runs} runs in {ours.wall_s:.0f} s, keeps {ours.keeps}", flush=True)
         print()
         for label, (ours, single) in totals.items():
-            print("\n".join(figures(label if args.drift else "known effects", ours, single, args.nights)))
+            print("\n".join(figures(label if args.drift else "known effects" + (
+                ", the nulls redraw the seed's luck" if args.redraw else ""), ours, single, args.nights)))
         if args.drift:
             steady, drifting = totals["steady"][0], totals["drift"][0]
             print(f"inert changes kept: {steady.keeps['inert']} of {steady.proposed['inert']} steady, "

@@ -59,3 +59,22 @@ def test_a_scaled_night_copies_each_knob_with_its_kind_and_effect(tmp_path):
     assert on - off == pytest.approx(EFFECT["WIDER"], abs=0.03)
     with pytest.raises(SystemExit):
         scaled(knobs, 0)
+
+
+def test_under_redraw_a_null_redraws_the_seeds_luck_as_the_single_run_computes_it(tmp_path):
+    from benchmarks.keep_rule.loop_nights import redrawing
+    knobs = list(WINS) + list(NULLS)
+    redrawn = redrawing(knobs, True)
+    assert redrawn == list(NULLS) and redrawing(knobs, False) == []
+    source = target_source(knobs, salt=3, start=0.0, night_s=1.0, drift=0.0, redraw=True)
+    off = measure(tmp_path, source, 5)
+    assert off == pytest.approx(LEVEL + seed_effect(3, 5, "/0000"), abs=0.03)
+    # a null on: its level is the incumbent's, its seed's luck a draw of its own
+    on = measure(tmp_path, source.replace("BIAS = 0", "BIAS = 1"), 5)
+    assert on == pytest.approx(LEVEL + seed_effect(3, 5, "/0100"), abs=0.03)
+    assert abs(seed_effect(3, 5, "/0100") - seed_effect(3, 5, "/0000")) > 1e-6
+    # a win keeps the seed's luck (it is not one of the redrawing knobs)
+    win = measure(tmp_path, source.replace("WIDER = 0", "WIDER = 1"), 5)
+    assert win - off == pytest.approx(EFFECT["WIDER"], abs=0.03)
+    night = single_run(knobs, salt=3, drift=0.0, redrawn=redrawn)
+    assert night.keeps["win"] == 3
