@@ -30,7 +30,7 @@ beside the candidate in alternating order (ABBA), so that a drifting machine doe
 as an effect. In the paired regime a keep that rests on an incumbent run made before the
 candidate's waits for the incumbent to run that seed again after it (a bracket), and the
 incumbent's value at the candidate's time is interpolated between the two
-(`at_candidate_time`).
+(`drift.at_candidate_time`).
 
 The estimate combines paired and unpaired incumbent runs by generalized least squares under
 `metric = commit level + seed effect (shared) + noise`, with the shared fraction estimated
@@ -47,6 +47,7 @@ from typing import Any, Callable
 
 from scipy import special
 
+from agent.decide import drift
 from agent.decide import fdr as fdr_module
 from agent.decide import noise as noise_module
 from agent.decide.decision import DecisionRule, Evidence, RuleSettings, RunMore, SeedPlan
@@ -95,6 +96,17 @@ class _Night:
     level: float                 # test level for this candidate (alpha, or LORD++'s)
     regime: str = "unknown"      # the regime the last decision measured (fixed per candidate)
     selection: tuple[tuple[int, float], ...] = ()   # the incumbent's selecting runs (seed, value)
+
+
+@dataclass(frozen=True)
+class _OwnPairs:
+    """The look's tests once the candidate's own pairs are heard (`SequentialRule._own_pairs`)."""
+
+    p_value: float               # the p a keep is judged on, against the look's boundary
+    futile: float                # the p futility is judged on
+    agreed: bool = True          # False: the own test forbids a keep at this look
+    words: str = ""              # what the reason says of the own test
+    details: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 class SequentialRule(DecisionRule):
@@ -208,21 +220,11 @@ class SequentialRule(DecisionRule):
 
     def close_in_time(self, reference: dict[int, float], evidence: Evidence,
                       plan: tuple[int, ...]) -> dict[int, float]:
-        """The incumbent runs a comparison rests on: the latest `recent` of them (by when they
-        landed, `evidence.reference_order`) and every one on a seed of the candidate's plan
-        (its window's: run beside it). An incumbent run made long before the candidate carries the machine
-        of that time: when the machine's speed drifts, the mean of every run of a long reign
-        lags behind it and the drift poses as an effect (and, as runs close in time share
-        it, looks like seeds sharing noise: a drifting night measures as "mixed"). Used in
-        every regime but the paired one, where the pairs on the candidate's seeds carry
-        nearly all the weight. Without the order (an older ledger), every run
-        counts."""
-        order = evidence.reference_order
-        if not self.regimes or not order or len(reference) <= self.recent:
+        """The incumbent runs a comparison rests on, outside the paired regime (there the
+        pairs on the candidate's seeds carry nearly all the weight): agent/decide/drift.py."""
+        if not self.regimes:
             return reference
-        latest = sorted((s for s in reference if s in order), key=order.__getitem__)[-self.recent:]
-        keep = set(latest) | {s for s in reference if s not in order} | set(plan)
-        return {s: v for s, v in reference.items() if s in keep}
+        return drift.close_in_time(reference, evidence.reference_order, plan, self.recent)
 
     def seeds_for(self, night: _Night) -> int:
         """The most seeds a candidate may take: `paired_max` (4) in the paired regime, where two
@@ -294,7 +296,7 @@ class SequentialRule(DecisionRule):
             have += 1
         candidate = {s: evidence.candidate[s] for s in plan[:have]}
         reference = {**reference, **{s: v for s in candidate
-                                     if (v := at_candidate_time(evidence, s)) is not None}}
+                                     if (v := drift.at_candidate_time(evidence, s)) is not None}}
         # The noise estimate of this look, computed once and only when needed: over the
         # candidate's planned seeds and the incumbent's fresh runs (never its selection runs).
         noise = functools.cache(lambda: noise_module.estimate(dataclasses.replace(
@@ -385,45 +387,13 @@ class SequentialRule(DecisionRule):
         stop_p = float(special.ndtr(-futility))
         details.update(nominal_keep_p=keep_p, nominal_stop_p=stop_p, t_stat=t_stat, dof=dof,
                        se=se)
-        # Until the night has measured whether a seed fixes the run (the unknown regime, the
-        # start of every night) the test above credits the pairs nothing, so a win that the
-        # seed's luck would hide takes five pairs or more. The candidate's own pairs carry a
-        # second test: a paired t test on its same-seed differences, valid whatever seeds
-        # share, on their own degrees of freedom. Each test gets half the look's level
-        # (Bonferroni: together they spend no more than one); futility needs both to agree.
-        futile = p_value
-        own = own_pairs_p(pairs) if self.regimes and night.regime == "unknown" else None
-        if own is not None:
-            details.update(unpaired_p=p_value, own_pairs_p=own[0], own_pairs_dof=own[1])
-            futile = min(p_value, own[0])
-            p_value = min(1.0, 2.0 * futile)
-        # In the paired regime the night's pair spread makes a pair decisive, but only for a
-        # candidate that shares each seed's luck as the night's commits did. An edit that draws
-        # its random numbers in another order (a new layer's weights, another data order)
-        # redraws that luck: its pairs differ like two seeds, and on the night's spread alone
-        # 23% of such nulls were kept (docs/decisions.md, "A null that redraws the seed's
-        # luck"). So a keep there also
-        # needs the candidate's own pairs to pass a paired t test on their own spread, valid
-        # whatever the candidate shares with a seed, at this look's share of alpha (Bonferroni
-        # over the looks). Keep when both tests pass (each holds alpha where its assumption
-        # does); stop when either looks futile.
-        agreed, also = True, ""
-        if self.regimes and night.regime == "paired":
-            mine = own_pairs_p(pairs)
-            agreed = False                    # one pair cannot show that it shares a seed's luck
-            if mine is not None:
-                before = looks[k - 1] if k and looks[k - 1] >= self.min_keep_seeds else 0
-                own_level = self._spent(night.level, len(seeds), most) - \
-                    self._spent(night.level, before, most)
-                details.update(own_pairs_p=mine[0], own_pairs_dof=mine[1], own_pairs_level=own_level)
-                futile, agreed = max(p_value, mine[0]), mine[0] <= own_level
-                also = f"; the {len(pairs)} pairs' own t test p={mine[0]:.2g}, level {own_level:.2g}"
+        own = self._own_pairs(night, pairs, p_value, looks, most)
+        details.update(own.details)
+        p_value, futile = own.p_value, own.futile
         args = (effect, (effect - half, effect + half), p_value, candidate, reference)
         where = (f"look {k + 1} ({len(seeds)} of up to {most} seeds, "
-                 f"{details['regime']} regime"
-                 + (f"; or the {len(pairs)} pairs' own t test, Bonferroni)" if own is not None
-                    else also + ")"))
-        if p_value <= keep_p and agreed:
+                 f"{details['regime']} regime{own.words})")
+        if p_value <= keep_p and own.agreed:
             if effect >= self.min_effect:
                 bracket = self._bracket(evidence, night, candidate, reference,
                                         f"p={p_value:.2g} <= {keep_p:.2g} at {where}")
@@ -445,6 +415,44 @@ class SequentialRule(DecisionRule):
         promising = f"promising: p={p_value:.2g} at {where}"
         return self._bracket(evidence, night, candidate, reference, promising) \
             or self._more(evidence, night, reference, noise, promising, look=len(seeds))
+
+    def _own_pairs(self, night: _Night, pairs: list[float], p_value: float,
+                   looks: tuple[int, ...], most: int) -> _OwnPairs:
+        """What the candidate's own same-seed differences add to the night's test (p_value):
+        a paired t test on their own spread (`own_pairs_p`, n - 1 degrees of freedom), valid
+        whatever the candidate shares with a seed.
+
+        - Unknown regime (the start of every night): the night's test credits the pairs
+          nothing, so a win the seed's luck would hide takes five pairs or more. The own test
+          is a second way to keep: each test gets half the look's level (Bonferroni: the
+          reported p is twice the smaller) and futility needs both to look futile.
+        - Paired regime: the night's pair spread makes a pair decisive, but only for a
+          candidate that shares each seed's luck as the night's commits did. An edit that
+          draws its random numbers in another order (a new layer's weights, another data
+          order) redraws that luck, and on the night's spread alone 23% of such nulls were
+          kept (docs/decisions.md, "A null that redraws the seed's luck"). So the own test
+          must pass too, at this look's share of alpha (Bonferroni over the looks): each test
+          holds alpha where its assumption does, and one pair cannot keep. Futility when
+          either looks futile.
+        """
+        if not self.regimes or night.regime not in ("unknown", "paired"):
+            return _OwnPairs(p_value, p_value)
+        own = own_pairs_p(pairs)
+        if night.regime == "unknown":
+            if own is None:
+                return _OwnPairs(p_value, p_value)
+            futile = min(p_value, own[0])
+            return _OwnPairs(min(1.0, 2.0 * futile), futile, words=(
+                f"; or the {len(pairs)} pairs' own t test, Bonferroni"), details=dict(
+                unpaired_p=p_value, own_pairs_p=own[0], own_pairs_dof=own[1]))
+        if own is None:
+            return _OwnPairs(p_value, p_value, agreed=False)
+        k = len(looks) - 1
+        before = looks[k - 1] if k and looks[k - 1] >= self.min_keep_seeds else 0
+        level = self._spent(night.level, looks[k], most) - self._spent(night.level, before, most)
+        return _OwnPairs(p_value, max(p_value, own[0]), agreed=own[0] <= level, words=(
+            f"; the {len(pairs)} pairs' own t test p={own[0]:.2g}, level {level:.2g}"), details=dict(
+            own_pairs_p=own[0], own_pairs_dof=own[1], own_pairs_level=level))
 
     def _more(self, evidence: Evidence, night: _Night, reference: dict[int, float],
               noise: Callable[[], noise_module.NoiseEstimate], reason: str,
@@ -488,19 +496,12 @@ class SequentialRule(DecisionRule):
 
     def _unbracketed(self, evidence: Evidence, night: _Night, candidate: dict[int, float],
                      reference: dict[int, float]) -> tuple[int, ...]:
-        """The candidate's paired seeds a keep waits on, in the paired regime: those where
-        every incumbent run came before the candidate's. There a keep rests on one or two
-        pairs whose incumbent half ran long before (the selecting runs it reuses), and a
-        re-run reproduces a seed to a few thousandths, so a machine that speeds up by as much
-        during the night poses as an effect. One more incumbent run after the candidate's
-        brackets it, and the incumbent's value at the candidate's time is interpolated
-        between the two (`at_candidate_time`): a linear drift cancels, whatever its sign.
-        Elsewhere the pairs are made beside each other in alternating order (`_more`)."""
-        if not self.blocked or night.regime != "paired" or not evidence.candidate_order:
+        """The candidate's paired seeds a keep waits on, in the paired regime: those whose
+        incumbent runs all came before the candidate's (`drift.made_before`). Elsewhere the
+        pairs are made beside each other in alternating order (`_more`)."""
+        if not self.blocked or night.regime != "paired":
             return ()
-        return tuple(s for s in candidate if s in reference and s in evidence.candidate_order
-                     and not any(place > evidence.candidate_order[s]
-                                 for place, _ in evidence.incumbent_runs.get(s, ())))
+        return drift.made_before(evidence, candidate, reference)
 
     def _decide(self, verdict: Verdict, effect: float, interval: tuple[float, float] | None,
                 p_value: float | None, candidate: dict[int, float],
@@ -510,25 +511,6 @@ class SequentialRule(DecisionRule):
                         seeds=tuple(candidate), candidate_values=dict(candidate),
                         reference_values=dict(reference), rule=self.name, reason=reason,
                         details=details, comparison=comparison)
-
-
-def at_candidate_time(evidence: Evidence, seed: int) -> float | None:
-    """The incumbent's value on `seed` at the time of the candidate's run there: linear
-    between the last incumbent run before it and the first after it, where both exist (a
-    bracket), else the nearest of them in time. None where the order is not known (an
-    older ledger, or the incumbent never ran the seed): the caller's value stands. Weighing
-    two runs, the interpolated value is never noisier than one run, so a test that counts
-    it as one run stays conservative."""
-    place = evidence.candidate_order.get(seed)
-    runs = evidence.incumbent_runs.get(seed, ())
-    if place is None or not runs:
-        return None
-    before = [(p, v) for p, v in runs if p < place]
-    after = [(p, v) for p, v in runs if p > place]
-    if before and after:
-        (p0, v0), (p1, v1) = before[-1], after[0]
-        return v0 + (v1 - v0) * (place - p0) / (p1 - p0)
-    return before[-1][1] if before else after[0][1]
 
 
 def _fresh_mean(reference: dict[int, float], night: _Night) -> float | None:

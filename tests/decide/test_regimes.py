@@ -299,7 +299,7 @@ def test_without_the_run_order_a_paired_keep_is_decided_as_before():
 
 
 def test_at_candidate_time_interpolates_between_the_runs_around_the_candidate():
-    from agent.decide.sequential import at_candidate_time
+    from agent.decide.drift import at_candidate_time
     runs = {7: ((10, 2.0), (20, 1.0), (30, 0.5))}
     at = lambda place: at_candidate_time(Evidence("minimize", {}, {}, incumbent_runs=runs,  # noqa: E731
                                                   candidate_order={7: place}), 7)
