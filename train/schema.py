@@ -51,7 +51,6 @@ SYMPY_FUNCTIONS = {"Symbol", "Integer", "Add", "Mul", "Pow", "Mod", "Max", "Min"
                    "FloorToInt", "CeilToInt", "TruncToInt", "Identity"}
 SYMBOL_ASSUMPTIONS = {"positive", "negative", "nonnegative", "nonpositive", "integer", "real", "finite",
                       "nonzero", "zero", "even", "odd", "extended_real"}
-SCALAR_TYPES = set(range(0, 14)) | set(range(28, 36))
 LAYOUT_STRIDED, MEMORY_FORMATS = 7, {0, 1, 2, 3, 4}
 DEVICES = {"cpu", "cuda", "mps", "meta"}
 # torch/_export/serde/schema.py's ScalarType enum (tests/train/test_graph.py checks it against torch's)
@@ -63,6 +62,7 @@ SCALAR_DTYPES = {1: torch.uint8, 2: torch.int8, 3: torch.int16, 4: torch.int32, 
                  34: torch.uint32, 35: torch.uint64}
 # The dtypes a stored tensor may have: plain numbers (no complex, no float8)
 DTYPES = {code: SCALAR_DTYPES[code] for code in (1, 2, 3, 4, 5, 6, 7, 8, 12, 13)}
+SCALAR_TYPES = {0} | set(SCALAR_DTYPES)   # 0: the serializer's "unknown"
 
 
 def sym_expression(text: str) -> bool:

@@ -51,7 +51,7 @@ from agent.decide import drift
 from agent.decide import fdr as fdr_module
 from agent.decide import noise as noise_module
 from agent.decide.decision import DecisionRule, Evidence, RuleSettings, RunMore, SeedPlan
-from agent.decide.sequential_math import efficacy_boundaries, gls_difference, own_pairs_p
+from agent.decide.sequential_math import efficacy_boundaries, gls_difference, own_pairs_p, spent_by
 from agent.record.events import Comparison, Decision, Verdict
 
 SEED_BLOCK = 1000      # pairing seeds of incumbent e live in [1000(e+1), 1000(e+2))
@@ -273,10 +273,6 @@ class SequentialRule(DecisionRule):
         return efficacy_boundaries(rounded, tuple(float(n) for n in looks), futility,
                                    first, self.spend_power, float(max_seeds or self.max_seeds))
 
-    def _spent(self, level: float, seeds: int, most: int) -> float:
-        """The error the spending function allows by `seeds` of a `most`-seed design."""
-        return level * min(1.0, seeds / most) ** self.spend_power if seeds >= self.min_keep_seeds else 0.0
-
     def seed_share(self, estimate: noise_module.NoiseEstimate) -> float:
         """The share of a run's luck credited to its seed (the conservative estimate; a
         subclass may know better, e.g. a benchmark told the true ρ)."""
@@ -449,7 +445,8 @@ class SequentialRule(DecisionRule):
             return _OwnPairs(p_value, p_value, agreed=False)
         k = len(looks) - 1
         before = looks[k - 1] if k and looks[k - 1] >= self.min_keep_seeds else 0
-        level = self._spent(night.level, looks[k], most) - self._spent(night.level, before, most)
+        level = spent_by(night.level, looks[k], most, self.spend_power) - \
+            spent_by(night.level, before, most, self.spend_power)
         return _OwnPairs(p_value, max(p_value, own[0]), agreed=own[0] <= level, words=(
             f"; the {len(pairs)} pairs' own t test p={own[0]:.2g}, level {level:.2g}"), details=dict(
             own_pairs_p=own[0], own_pairs_dof=own[1], own_pairs_level=level))

@@ -13,6 +13,12 @@ from scipy import optimize, stats
 _NO_BOUND = 12.0       # a z-boundary that is never crossed
 
 
+def spent_by(alpha: float, info: float, info_max: float, spend_power: float) -> float:
+    """The error the spending function allows by information `info` of `info_max`:
+    alpha·t^spend_power, t the information fraction (at most 1)."""
+    return alpha * min(1.0, info / info_max) ** spend_power
+
+
 @functools.lru_cache(maxsize=1024)
 def efficacy_boundaries(alpha: float, info: tuple[float, ...], futility: tuple[float, ...],
                         first_efficacy: int, spend_power: float,
@@ -43,7 +49,7 @@ def efficacy_boundaries(alpha: float, info: tuple[float, ...], futility: tuple[f
 
             def cross(u: float, r=r, s=s, grid=grid, weights=weights) -> float:
                 return float(np.dot(weights, stats.norm.sf((u - grid * r) / s)))
-        target = alpha * (ik / total) ** spend_power - spent if k >= first_efficacy else 0.0
+        target = spent_by(alpha, ik, total, spend_power) - spent if k >= first_efficacy else 0.0
         if target <= 1e-12:
             upper = _NO_BOUND
         elif cross(lo) <= target:
