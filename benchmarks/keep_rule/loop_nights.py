@@ -19,7 +19,11 @@ sleep through, every other setting the project's default), and the ledger is rea
 - beside them the single-run rule on the same proposals, simulated with the same metric
   function (no loop): the baseline once on seed 0, then one run per candidate on seed 0, kept
   when it beats the best value recorded so far (autoresearch's rule); and the ratio of the two
-  progress-per-run figures (issue 29's target: nightshift ≥ 0.67 of the single run's).
+  progress-per-run figures (issue 29's target: nightshift ≥ 0.67 of the single run's);
+- and the sound floor (`sound_floor`): the fewest runs any rule owes on these proposals while
+  it keeps the guarantees (two agreeing pairs a keep, each close in time, the record on fresh
+  seeds), even one told which proposals win. Its ratio to the single run is the most a sound
+  rule can reach on the night; nightshift's ratio to it is what a better rule could still win.
 
 `--drift`: four INERT proposals join the eight (knobs the metric never reads), and each night
 runs twice: steady, then with a metric that drifts with wall-clock time, `DRIFT · (now −
@@ -240,9 +244,38 @@ def single_run(knobs_in_order: list[str], salt: int, drift: float, redrawn: list
     return night
 
 
+def sound_floor(knobs_in_order: list[str], baseline: int | None = None) -> Night:
+    """The fewest runs any rule owes on these proposals if it holds the guarantees issue 29
+    keeps, even one told which proposals win (an oracle: it never runs a loser twice):
+
+    - the first incumbent on `baseline` fresh seeds (the record's baseline level, and the
+      seed-to-seed spread every later test rests on), and the last incumbent on them again
+      when the night kept anything (its level for the record, on seeds that did not select it);
+    - one candidate run for each discard (the single run's own price);
+    - four runs for each keep: two candidate runs, because one pair cannot tell a win from
+      an edit that redraws the seed's luck (docs/decisions.md, "A null that redraws the seed's
+      luck"), and an incumbent run close in time to each of them, because a pair made minutes
+      apart on a drifting machine measures the drift ("The real loop").
+
+    Dropped from it, so that it stays a floor: the regime's re-run, the first pairing seed's
+    incumbent run and every look a real rule needs before it knows. The runs count as
+    "candidates" and "references"."""
+    from agent.decide.decision import SeedPlan
+    baseline = SeedPlan.baseline if baseline is None else baseline
+    wins = sum(1 for name in knobs_in_order if KIND[name] == "win")
+    night = Night(runs={"references": baseline * (2 if wins else 1) + 2 * wins,
+                        "candidates": len(knobs_in_order) + wins})
+    for name in knobs_in_order:
+        night.proposed[KIND[name]] += 1
+        if KIND[name] == "win":
+            night.keeps["win"] += 1
+            night.progress -= EFFECT[name]
+    return night
+
+
 def one_night(night: int, knobs: list[str], drift: float, night_s: float, workdir: Path,
-              redraw: bool = False) -> tuple[Night, Night]:
-    """(nightshift, single run) on the night's proposals."""
+              redraw: bool = False) -> tuple[Night, Night, Night]:
+    """(nightshift, single run, sound floor) on the night's proposals."""
     salt = 1000 + night
     script = proposals(knobs, night)
     order = [next(iter(item["knobs"])) for item in script]
@@ -251,16 +284,16 @@ def one_night(night: int, knobs: list[str], drift: float, night_s: float, workdi
     wall = run_night(root, len(script))
     ours = read_night(root, wall)
     ours.drift = drift * wall / night_s          # how far the metric drifted by the night's end
-    return ours, single_run(order, salt, ours.drift, redrawing(knobs, redraw))
+    return ours, single_run(order, salt, ours.drift, redrawing(knobs, redraw)), sound_floor(order)
 
 
-def figures(label: str, ours: Night, single: Night, nights: int) -> list[str]:
+def figures(label: str, ours: Night, single: Night, floor: Night, nights: int) -> list[str]:
     def per_run(n: Night) -> float:
         return n.progress / n.total_runs if n.total_runs else 0.0
 
     keeps = lambda n: ", ".join(f"{k} {n.keeps[k]}/{n.proposed[k]}" for k in n.keeps if n.proposed[k])
     roles = ", ".join(f"{k} {v}" for k, v in ours.runs.items() if v)
-    ratio = per_run(ours) / per_run(single) if per_run(single) > 0 else float("nan")
+    ratio = lambda a, b: per_run(a) / per_run(b) if per_run(b) > 0 else float("nan")
     return [
         f"{label} ({nights} night{'s' if nights != 1 else ''}, {ours.wall_s:.0f} s of loop)",
         f"  nightshift:  keeps {keeps(ours)}; {ours.total_runs} runs ({roles})",
@@ -268,7 +301,12 @@ def figures(label: str, ours: Night, single: Night, nights: int) -> list[str]:
         f"estimated (the figure) {ours.estimated or 0.0:+.2f}",
         f"  single run:  keeps {keeps(single)}; {single.total_runs} runs",
         f"               true progress {single.progress:.2f}, {per_run(single):.4f} per run",
-        f"  progress per run, nightshift / single run: {ratio:.2f}",
+        f"  sound floor: keeps {keeps(floor)}; {floor.total_runs} runs (an oracle told the wins, owing "
+        f"what a keep needs: two pairs, each close in time; the record's fresh seeds)",
+        f"               true progress {floor.progress:.2f}, {per_run(floor):.4f} per run",
+        f"  progress per run, nightshift / single run: {ratio(ours, single):.2f}; "
+        f"nightshift / sound floor: {ratio(ours, floor):.2f}; sound floor / single run: "
+        f"{ratio(floor, single):.2f}",
     ]
 
 
@@ -289,22 +327,23 @@ def main(argv: list[str] | None = None) -> int:
                    args.scale)
     with tempfile.TemporaryDirectory(prefix="loop_nights-") as tmp:
         workdir = args.keep or Path(tmp)
-        totals = {"steady": (Night(), Night())}
+        totals = {"steady": (Night(), Night(), Night())}
         if args.drift:
-            totals["drift"] = (Night(), Night())
+            totals["drift"] = (Night(), Night(), Night())
         for night in range(args.nights):
-            ours, single = one_night(night, knobs, 0.0, 60.0, workdir, args.redraw)
-            _add(totals["steady"], ours, single)
+            ours, single, floor = one_night(night, knobs, 0.0, 60.0, workdir, args.redraw)
+            _add(totals["steady"], ours, single, floor)
             print(f"night {night} steady: {ours.total_runs} runs in {ours.wall_s:.0f} s, keeps {ours.keeps}", flush=True)
             if args.drift:
-                ours, single = one_night(night, knobs, args.drift_size, max(ours.wall_s, 1.0), workdir,
-                                         args.redraw)
-                _add(totals["drift"], ours, single)
+                ours, single, floor = one_night(night, knobs, args.drift_size, max(ours.wall_s, 1.0),
+                                                workdir, args.redraw)
+                _add(totals["drift"], ours, single, floor)
                 print(f"night {night} drift:  {ours.total_runs} runs in {ours.wall_s:.0f} s, keeps {ours.keeps}", flush=True)
         print()
-        for label, (ours, single) in totals.items():
+        for label, (ours, single, floor) in totals.items():
             print("\n".join(figures(label if args.drift else "known effects" + (
-                ", the nulls redraw the seed's luck" if args.redraw else ""), ours, single, args.nights)))
+                ", the nulls redraw the seed's luck" if args.redraw else ""), ours, single, floor,
+                args.nights)))
         if args.drift:
             steady, drifting = totals["steady"][0], totals["drift"][0]
             print(f"inert changes kept: {steady.keeps['inert']} of {steady.proposed['inert']} steady, "
@@ -315,9 +354,9 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _add(total: tuple[Night, Night], ours: Night, single: Night) -> None:
-    total[0].add(ours)
-    total[1].add(single)
+def _add(total: tuple[Night, ...], *nights: Night) -> None:
+    for sum_, night in zip(total, nights):
+        sum_.add(night)
 
 
 if __name__ == "__main__":

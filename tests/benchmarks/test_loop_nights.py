@@ -78,3 +78,19 @@ def test_under_redraw_a_null_redraws_the_seeds_luck_as_the_single_run_computes_i
     assert win - off == pytest.approx(EFFECT["WIDER"], abs=0.03)
     night = single_run(knobs, salt=3, drift=0.0, redrawn=redrawn)
     assert night.keeps["win"] == 3
+
+
+def test_the_sound_floor_owes_four_runs_a_keep_one_a_discard_and_the_records_fresh_seeds():
+    from benchmarks.keep_rule.loop_nights import sound_floor
+    order = list(NULLS) + list(WINS) + list(HARMFUL)
+    floor = sound_floor(order, baseline=2)
+    assert floor.keeps == {"win": 3, "null": 0, "harmful": 0, "inert": 0}
+    assert floor.progress == pytest.approx(-sum(WINS.values()))
+    # 3 keeps: 2 candidate runs and 2 incumbent runs each; 5 discards: 1 run each; the first and
+    # the last incumbent on the 2 baseline seeds
+    assert floor.runs == {"references": 2 + 2 + 3 * 2, "candidates": 5 + 3 * 2}
+    assert sound_floor(order, baseline=3).total_runs == floor.total_runs + 2
+    # a night without a win owes the baseline and one run a proposal, as the single run does
+    losers = sound_floor(list(NULLS) + list(HARMFUL), baseline=1)
+    assert losers.total_runs == single_run(list(NULLS) + list(HARMFUL), salt=3, drift=0.0).total_runs
+    assert losers.progress == 0.0

@@ -18,7 +18,7 @@ def test_a_drifting_night_brackets_its_keeps_and_keeps_no_inert_edit(tmp_path):
     knobs = list(WINS) + list(NULLS) + list(INERT)
     # night 1's order puts inert edits after a keep in the paired regime; the machine gets
     # 0.4 faster over 15 s, 80 times the rerun jitter
-    ours, _ = one_night(1, knobs, drift=-0.4, night_s=15.0, workdir=tmp_path)
+    ours, _, floor = one_night(1, knobs, drift=-0.4, night_s=15.0, workdir=tmp_path)
     repo = tmp_path / "night1-drift" / "repo"
     state = loop_state(repo, "bench")
     brackets = [r for r in state.runs if r.role == Role.REFERENCE and r.experiment]
@@ -36,6 +36,9 @@ def test_a_drifting_night_brackets_its_keeps_and_keeps_no_inert_edit(tmp_path):
             if e.verdict == Verdict.KEEP}
     assert ours.keeps["inert"] == 0 and ours.keeps["null"] == 0, kept
     assert ours.keeps["win"] >= 2
+    # the sound floor is a floor: the real rule, which must learn what the oracle is told,
+    # never spends fewer runs than it owes (benchmarks/keep_rule/loop_nights.sound_floor)
+    assert ours.total_runs >= floor.total_runs
     # the ledger names what the bracket was for
     lines = [json.loads(line) for line in (repo / "results" / "bench" / "ledger.jsonl").read_text().splitlines()]
     assert any(e["event"] == "run_finished" and e["role"] == "reference" and e.get("experiment")
