@@ -19,7 +19,7 @@ Seed numbering (why it never lets a lucky draw become the bar):
   "fresh processes", is what removes the winner's curse. Reference seeds that equal the
   last keep's seeds are ignored as a second guard.
 
-The night's regime (issue 29; docs/decisions.md "The night's regime"): every decision
+The night's regime (agent/decide/regime.py; docs/decisions.md "The night's regime"): every decision
 records it, and a candidate follows the one its history recorded. Paired (a seed fixes the
 run): a keep rests on two pairs, tested on the night's pair spread and on their own (an
 edit that redraws a seed's luck shares none of it), at most `paired_max` seeds a candidate;
@@ -51,39 +51,12 @@ from agent.decide import drift
 from agent.decide import fdr as fdr_module
 from agent.decide import noise as noise_module
 from agent.decide.decision import DecisionRule, Evidence, RuleSettings, RunMore, SeedPlan
+from agent.decide.regime import Regime, measure as measure_regime
 from agent.decide.sequential_math import efficacy_boundaries, gls_difference, own_pairs_p, spent_by
 from agent.record.events import Comparison, Decision, Verdict
 
 SEED_BLOCK = 1000      # pairing seeds of incumbent e live in [1000(e+1), 1000(e+2))
 _LEVEL_GRID = (1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0)
-PAIRED_SHARE = 0.5     # a seed fixes at least half of a run (80% lower bound): "paired"
-UNPAIRED_SHARE = 0.1   # at most a tenth: "unpaired" (pairs do not pay for their runs)
-REGIMES = ("unknown", "unpaired", "mixed", "paired")
-
-
-def regime(estimate: noise_module.NoiseEstimate, share: float) -> str:
-    """The night's noise regime from its same-seed evidence (`share`: the credited seed share).
-
-    - "paired": a seed fixes most of a run (a deterministic GPU script): the credited share,
-      an 80% lower bound on at least MIN_PAIR_DOF degrees of freedom (a 99% one on two or
-      three: the first win's pairs), is >= PAIRED_SHARE;
-    - "unpaired": seeds share nothing worth a run (a wall-clock budget): a re-run of one seed
-      already differs like two seeds (share_cap <= 0.1), or twice MIN_PAIR_DOF degrees of
-      freedom of pairs credit at most UNPAIRED_SHARE;
-    - "mixed": pairs are credited, but less than half a run;
-    - "unknown": too few pairs to tell (the start of every night).
-    """
-    if estimate.share_cap <= UNPAIRED_SHARE:
-        return "unpaired"
-    if estimate.pair_dof >= noise_module.FEW_PAIR_DOF and share >= PAIRED_SHARE:
-        return "paired"
-    if estimate.pair_dof < noise_module.MIN_PAIR_DOF:
-        return "unknown"
-    if share > UNPAIRED_SHARE:
-        return "mixed"
-    if estimate.pair_dof >= 2 * noise_module.MIN_PAIR_DOF:
-        return "unpaired"
-    return "unknown"
 
 
 @dataclass(frozen=True)
@@ -94,7 +67,7 @@ class _Night:
     reign: int                   # decisions since the incumbent was kept
     selected_on: frozenset[int]  # seeds that selected the incumbent (never its reference)
     level: float                 # test level for this candidate (alpha, or LORD++'s)
-    regime: str = "unknown"      # the regime the last decision measured (fixed per candidate)
+    regime: Regime = Regime.UNKNOWN   # the regime the last decision measured (fixed per candidate)
     selection: tuple[tuple[int, float], ...] = ()   # the incumbent's selecting runs (seed, value)
 
 
@@ -183,9 +156,10 @@ class SequentialRule(DecisionRule):
         # (the latest decision of this rule: an early stop's records no regime)
         measured = next((d.details["regime"] for d in reversed(history)
                          if isinstance(d.details, dict) and "regime" in d.details), None)
+        planned = Regime.recorded(measured) if self.regimes else None
         return _Night(keeps=len(keeps), reign=len(history) - (keeps[-1] + 1 if keeps else 0),
                       selected_on=frozenset(selection), level=level,
-                      regime=measured if self.regimes and measured in REGIMES else "unknown",
+                      regime=planned or Regime.UNKNOWN,
                       selection=tuple(sorted((int(s), float(v)) for s, v in selection.items())))
 
     def reuses_selection(self, night: _Night) -> bool:
@@ -194,7 +168,7 @@ class SequentialRule(DecisionRule):
         each pair; what does not cancel (the incumbent's own lucky commit×seed draw) makes the
         bar higher, never lower, so it can cost a keep but never buy one. The record's
         incumbent level still comes from fresh seeds only (`incumbent_fresh_mean`)."""
-        return night.regime == "paired" and bool(night.selection)
+        return night.regime == Regime.PAIRED and bool(night.selection)
 
     def seed_plan(self, night: _Night) -> tuple[int, ...]:
         """The candidate seeds, in order, of the next candidate: in the paired regime the
@@ -232,7 +206,7 @@ class SequentialRule(DecisionRule):
         pairs (two pairs get 35% of it, against 13% in an eight-seed design); else `max_seeds`.
         Four made the most progress in the simulated nights at ρ 0.9 (3: 51% of the single
         run's, 4: 60%, 5 to 8: 60-61%) and as much as three in the real loop's."""
-        return min(self.max_seeds, self.paired_max) if night.regime == "paired" else self.max_seeds
+        return min(self.max_seeds, self.paired_max) if night.regime == Regime.PAIRED else self.max_seeds
 
     def looks(self) -> tuple[int, ...]:
         """The looks of a serial night: one per seed, from the screen to the maximum."""
@@ -251,7 +225,7 @@ class SequentialRule(DecisionRule):
         most nulls from wins, so the screen asks more of a candidate before it buys a second
         seed (the one-seed rule's economy, with the error control kept: futility is binding
         and the efficacy boundaries are computed for it)."""
-        return self.paired_futility if night.regime == "paired" else self.futility
+        return self.paired_futility if night.regime == Regime.PAIRED else self.futility
 
     def boundaries(self, level: float, looks: tuple[int, ...] | None = None,
                    keep_from: int | None = None,
@@ -283,7 +257,7 @@ class SequentialRule(DecisionRule):
         night = self.night(evidence.history)
         plan = self.seed_plan(night)
         reference = {s: v for s, v in evidence.reference.items() if s not in night.selected_on}
-        if night.regime != "paired":
+        if night.regime != Regime.PAIRED:
             reference = self.close_in_time(reference, evidence, plan)
         if self.reuses_selection(night):
             reference = {**dict(night.selection), **reference}
@@ -340,7 +314,7 @@ class SequentialRule(DecisionRule):
         # In the paired regime the test is a paired t test on the night's pair spread with its
         # own degrees of freedom: credit the share at its point estimate (an 80% bound on top
         # of the t quantile would pay for the spread's uncertainty twice).
-        share = max(conservative, estimate.point_share) if night.regime == "paired" else conservative
+        share = max(conservative, estimate.point_share) if night.regime == Regime.PAIRED else conservative
         ref_level, cand_level, diff, sd_diff = gls_difference(candidate, reference, share)
         effect = -evidence.direction.sign * diff   # diff is ref − cand
         dof = min(estimate.dof, estimate.pair_dof) if share > 0 else estimate.dof
@@ -361,7 +335,8 @@ class SequentialRule(DecisionRule):
             "repeat_dof": estimate.repeat_dof, "seed_share": share,
             "share_cap": estimate.share_cap, "incumbent_runs": len(reference),
             "incumbent_estimate": ref_level, "candidate_estimate": cand_level,
-            "regime": regime(estimate, conservative), "planned_regime": night.regime,
+            "regime": measure_regime(estimate, conservative).value,
+            "planned_regime": night.regime.value,
             "selection_runs_used": len(night.selection) if self.reuses_selection(night) else 0,
             "incumbent_fresh_mean": _fresh_mean(reference, night),
         }
@@ -431,10 +406,10 @@ class SequentialRule(DecisionRule):
           holds alpha where its assumption does, and one pair cannot keep. Futility when
           either looks futile.
         """
-        if not self.regimes or night.regime not in ("unknown", "paired"):
+        if not self.regimes or night.regime not in (Regime.UNKNOWN, Regime.PAIRED):
             return _OwnPairs(p_value, p_value)
         own = own_pairs_p(pairs)
-        if night.regime == "unknown":
+        if night.regime == Regime.UNKNOWN:
             if own is None:
                 return _OwnPairs(p_value, p_value)
             futile = min(p_value, own[0])
@@ -475,7 +450,7 @@ class SequentialRule(DecisionRule):
         keep rests on was measured at the same time as the candidate (drift cancels instead
         of posing as an effect). Only once the night records run order (a ledger that has
         it), and never in the paired regime (there the pairs already are the design)."""
-        if not (self.regimes and self.blocked) or night.regime == "paired" \
+        if not (self.regimes and self.blocked) or night.regime == Regime.PAIRED \
                 or not evidence.reference_order:
             return ()
         return seeds
@@ -496,7 +471,7 @@ class SequentialRule(DecisionRule):
         """The candidate's paired seeds a keep waits on, in the paired regime: those whose
         incumbent runs all came before the candidate's (`drift.made_before`). Elsewhere the
         pairs are made beside each other in alternating order (`_more`)."""
-        if not self.blocked or night.regime != "paired":
+        if not self.blocked or night.regime != Regime.PAIRED:
             return ()
         return drift.made_before(evidence, candidate, reference)
 

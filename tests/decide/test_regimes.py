@@ -16,7 +16,8 @@ import pytest
 
 from agent.decide.decision import Evidence, RunMore
 from agent.decide.noise import NoiseEstimate
-from agent.decide.sequential import SequentialRule, regime
+from agent.decide.regime import Regime, measure as regime
+from agent.decide.sequential import SequentialRule
 from agent.record.records import Decision, Verdict
 from benchmarks.sim.nights import NoiseModel, simulate, summarize
 from tests.decide.test_paired_looks import Night
@@ -62,6 +63,11 @@ def test_regime_names_what_the_night_measured():
     assert regime(early, early.seed_share) == "unknown"
     # a re-run of one seed that differs as much as two seeds do: seeds cannot share much
     assert regime(jittery, jittery.seed_share) == "unpaired"
+    # the ledger records the value; a regime read back from it is the vocabulary's, and a
+    # value no rule writes (an older ledger, a hand edit) names none
+    assert f"{regime(paired, paired.seed_share)} regime" == "paired regime"
+    assert Regime.recorded("paired") is Regime.PAIRED and Regime.recorded("sideways") is None
+    assert Regime.recorded(None) is None and Regime.recorded(["paired"]) is None
 
 
 @pytest.mark.parametrize("rho, tau, expected", [(0.9, 0.0, "paired"), (0.0, 0.47, "unpaired")])
