@@ -100,7 +100,10 @@ def test_a_night_over_a_real_yaml_driven_script(tmp_path):
         assert experiment.commit, experiment.invalid_reason
         assert git_out(repo, "diff", "--name-only", head, experiment.commit) == "configs/base.yaml"
         after = yaml.safe_load(git_out(repo, "show", f"{experiment.commit}:configs/base.yaml"))
-        changed = {f"{k}.{sub}" for k in ("model", "optimizer") for sub in before[k] if before[k][sub] != after[k][sub]}
+        # what it changed is against its parent, the incumbent it was proposed on (after a keep,
+        # not the night's first commit: the kept change is in the parent too)
+        parent = yaml.safe_load(git_out(repo, "show", f"{experiment.parent}:configs/base.yaml"))
+        changed = {f"{k}.{sub}" for k in ("model", "optimizer") for sub in parent[k] if parent[k][sub] != after[k][sub]}
         assert changed == set(experiment.extra["params"]) and changed
         assert {k: v for k, v in after.items() if k not in ("model", "optimizer")} == \
             {k: v for k, v in before.items() if k not in ("model", "optimizer")}
