@@ -27,7 +27,10 @@ class Regime(str, enum.Enum):
     @classmethod
     def recorded(cls, value: object) -> "Regime | None":
         """The regime a decision's details name, or None (an older ledger, another rule)."""
-        return cls(value) if isinstance(value, str) and value in cls._value2member_map_ else None
+        try:
+            return cls(value)
+        except ValueError:   # not one of the values (Enum's lookup raises it for any other object)
+            return None
 
 
 def measure(estimate: noise_module.NoiseEstimate, share: float) -> Regime:
