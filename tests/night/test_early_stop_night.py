@@ -131,7 +131,9 @@ def assert_early_stopping_held(state, killed: str | None = None, one_worker: boo
     clearly_worse = [named["clearly worse"], named["clearly worse again"]]
     for experiment in clearly_worse_stopped(state, clearly_worse):
         stop = stops[experiment.id]
-        assert stop.checkpoint in (0.25, 0.5, 0.75) and stop.reached < 1.0 and stop.bound < 0
+        # (no `bound < 0`: the keep rule may discard a small gain on the seeds it has; see the
+        # bundled train.py's test below)
+        assert stop.checkpoint in (0.25, 0.5, 0.75) and stop.reached < 1.0
         assert stop.checkpoint == 0.25 or not one_worker, stop
         assert stop.predicted < 0 and stop.interval[0] < stop.predicted < stop.interval[1]
         assert experiment.verdict == Verdict.DISCARD and experiment.decision.decision.rule == "early_stop"
@@ -277,5 +279,9 @@ def test_the_bundled_train_py_stops_issue_29s_loser_at_the_first_checkpoint(tmp_
     # at 50 % where a loaded machine (CI's, two test workers on two cores) left the loop busy
     # for the 2 s an 8-s budget spends between the two, so its first look came past 50 %
     assert stop.checkpoint in (0.25, 0.5) and stop.pairs == 0 and stop.partner == "same seed"
-    assert stop.gap < -1.0 and stop.bound < 0 and stop.reached < 0.75
+    # The bound need not be below 0: a run stops where the keep rule would discard a candidate
+    # ending at the bound on this seed, and one screen seed discards a small gain too (CI of
+    # 2026-12-04 on a loaded machine: bound +0.059 from a gap of -1.82, 7 noise sds)
+    assert stop.gap < -1.0 and stop.predicted < 0 and stop.interval[0] <= stop.predicted <= stop.bound
+    assert stop.reached < 0.75
     assert experiment.decision.decision.rule == "early_stop"
