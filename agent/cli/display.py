@@ -107,12 +107,13 @@ class RichObserver:
             p = event.p_value
             evidence = (f" effect {event.effect:+.4f} [{lo:+.4f}, {hi:+.4f}]"
                         + (f" p={p:.3g}" if p is not None else "")
-                        + f" on {len(event.seeds)} seeds")
+                        + f" on {len(event.seeds)} seed{'' if len(event.seeds) == 1 else 's'}")
             comparison = event.decision.comparison if event.decision else None
             if comparison is not None:
                 evidence += f", {comparison.describe(event.effect)}"
+        # the whole reason: cut at 100 characters it ended mid-clause ("or the 3 pairs' own t test, ")
         self.console.print(f"[{colour}]{event.id} {event.verdict.value.upper()}[/{colour}]{evidence}"
-                           f" — {event.reason[:100]}")
+                           f" — {event.reason}")
 
 
 def usage_lines(usage: Usage) -> list[str]:
