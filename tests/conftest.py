@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from sandbox.protocol import Limits, RunSpec  # noqa: E402
+from tests.needs import check
 
 
 def _make_read_only(folder: Path) -> None:
@@ -72,7 +73,35 @@ def pytest_collection_modifyitems(items):
     removes the stopped containers of harnesses that are gone, which a test of a killed
     harness's container is still reading."""
     for item in items:
+        kinds = {mark.args[0] for mark in item.iter_markers("needs")}
         for engine in ("ray", "slurm", "docker"):
-            if item.get_closest_marker(engine) is not None:
+            if engine in kinds:
                 item.add_marker(pytest.mark.xdist_group(engine))
                 break
+
+
+@pytest.hookimpl(tryfirst=True)   # before fixtures start a cluster the test cannot use
+def pytest_runtest_setup(item):
+    """A test marked `needs(kind)` (tests/needs.py) skips, saying what is missing and the fix,
+    or fails where CI requires the kind."""
+    for mark in item.iter_markers("needs"):
+        check(mark.args[0])
+
+
+def pytest_runtest_logreport(report):
+    _log_skip(report)
+
+
+def pytest_collectreport(report):
+    _log_skip(report)
+
+
+def _log_skip(report) -> None:
+    """With NIGHTSHIFT_SKIPPED_LOG=PATH, the id of every test (or module) that skipped, one a
+    line: `.ci/run` reruns exactly those on the full machine after the README's bare run."""
+    path = os.environ.get("NIGHTSHIFT_SKIPPED_LOG")
+    if os.environ.get("PYTEST_XDIST_WORKER"):   # the controller logs what its workers report
+        return
+    if path and report.skipped and not hasattr(report, "wasxfail"):
+        with open(path, "a", encoding="utf-8") as log:
+            log.write(report.nodeid + "\n")

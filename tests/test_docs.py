@@ -1,21 +1,17 @@
 """The documentation site builds strictly: a broken link, a missing page or a reference page
 the code can no longer write fails here (and so in CI)."""
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+from tests.needs import needs
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@needs("docs")
 def test_the_site_builds_strictly(tmp_path):
-    if shutil.which("mkdocs") is None:
-        if os.environ.get("NIGHTSHIFT_REQUIRE_DOCS"):
-            pytest.fail("NIGHTSHIFT_REQUIRE_DOCS is set but mkdocs is missing: pip install -e '.[docs]'")
-        pytest.skip("the docs extra is not installed: pip install -e '.[docs]'")
     quiet = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "DISABLE_MKDOCS_2_WARNING": "true"}   # notices, not errors
     done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
                           cwd=ROOT, capture_output=True, text=True, timeout=300, env=quiet)

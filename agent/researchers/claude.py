@@ -19,6 +19,7 @@ conversation.py's; this module is how the Messages API is written and read:
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 import time
 from dataclasses import dataclass, field
@@ -57,6 +58,11 @@ def make_client(settings: ClaudeSettings, env: Mapping[str, str] | None = None) 
         common["base_url"] = settings.base_url
     try:
         if settings.provider == "bedrock":
+            if not env.get("AWS_BEARER_TOKEN_BEDROCK") and importlib.util.find_spec("botocore") is None:
+                # the SDK signs with AWS credentials through botocore, imported only at the first request
+                raise ResearcherError("claude.provider bedrock signs requests with AWS credentials "
+                                      "through botocore, which is not installed: pip install -e "
+                                      "'.[bedrock]' (or set AWS_BEARER_TOKEN_BEDROCK to a Bedrock API key)")
             return anthropic.AnthropicBedrock(aws_region=settings.region, **common)
         if settings.provider == "vertex":
             token = env.get("GOOGLE_OAUTH_ACCESS_TOKEN") or None
@@ -65,7 +71,7 @@ def make_client(settings: ClaudeSettings, env: Mapping[str, str] | None = None) 
                     import google.auth  # noqa: F401  (the SDK's way to Application Default Credentials)
                 except ImportError:
                     raise ResearcherError("claude.provider vertex needs Google credentials: pip install "
-                                          "google-auth (Application Default Credentials), or set "
+                                          "-e '.[vertex]' (Application Default Credentials), or set "
                                           "GOOGLE_OAUTH_ACCESS_TOKEN=$(gcloud auth print-access-token)") from None
             region = settings.region or env.get("CLOUD_ML_REGION")
             if not region:

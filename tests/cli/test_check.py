@@ -6,6 +6,7 @@ import pytest
 
 from tests.examples.conftest import example_repo
 from tests.loop_helpers import cli_env, git_out, nightshift
+from tests.needs import needs
 
 CHECKS = ("program valid", "metric measured apart", "target and knobs", "lines the command overrides",
           "prepare step", "data folder", "sandbox", "interpreter",
@@ -121,20 +122,15 @@ def test_check_of_an_invalid_program_says_so_without_running(tmp_path, data_root
     assert "has 0 groups" in found["program valid"] and not (repo / "results").exists()
 
 
-@pytest.mark.docker
+@needs("docker")
 def test_check_in_docker_sees_the_data_and_the_out_folder_where_the_container_has_them(tmp_path, data_root):
-    import os
+    from sandbox.docker import connect
+    from sandbox.image import build_host_image
 
-    from sandbox import SandboxUnavailable
-    from sandbox.select import make_runner
+    from tests.night.test_loop_docker import IMAGE
 
-    try:
-        make_runner("docker")
-    except SandboxUnavailable as exc:
-        if os.environ.get("NIGHTSHIFT_REQUIRE_DOCKER"):
-            pytest.fail(f"NIGHTSHIFT_REQUIRE_DOCKER is set but {exc}")
-        pytest.skip(f"no Docker engine with the nightshift image: {exc}")
-    repo = example_repo(tmp_path / "nanoGPT", "nanogpt", sandbox="docker")
+    build_host_image(connect(timeout_s=3), IMAGE)   # offline, about a second
+    repo = example_repo(tmp_path / "nanoGPT", "nanogpt", sandbox="docker", image=IMAGE)
     done = nightshift(repo, "check", env=cli_env(data_root))
     assert done.returncode == 0, done.stdout + done.stderr
     found = lines(done.stdout)

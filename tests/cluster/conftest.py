@@ -3,12 +3,14 @@
 Ray: CI starts one (.ci/ray_cluster.py) and exports RAY_ADDRESS; without it a session fixture
 starts its own with ray.cluster_utils.Cluster and stops exactly the processes it started.
 RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 keeps every listener on 127.0.0.1 (Ray otherwise binds the
-machine's routable address). NIGHTSHIFT_REQUIRE_RAY=1 turns a missing Ray into a failure.
+machine's routable address).
 
 Slurm: CI starts one (.ci/slurm_cluster.py) and exports SLURM_CONF; without it the session
 fixture starts the same script (root, with slurm-wlm and munge installed) and stops it by its
-PID, which stops the daemons by theirs. NIGHTSHIFT_REQUIRE_SLURM=1 turns a missing Slurm into
-a failure."""
+PID, which stops the daemons by theirs.
+
+Tests that use them are marked `needs("ray")` or `needs("slurm")` (tests/needs.py): where
+either is missing they skip, saying the fix, before these fixtures start anything."""
 import os
 import shutil
 import subprocess
@@ -27,12 +29,6 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 @pytest.fixture(scope="session")
 def ray_address():
-    try:
-        import ray  # noqa: F401
-    except ImportError:
-        if os.environ.get("NIGHTSHIFT_REQUIRE_RAY") == "1":
-            pytest.fail("ray is not installed (pip install -e '.[ray]'), and CI requires it")
-        pytest.skip("ray is not installed: pip install -e '.[ray]'")
     if os.environ.get("RAY_ADDRESS"):
         yield os.environ["RAY_ADDRESS"]
         return
@@ -52,22 +48,9 @@ def ray_address():
 def slurm_conf():
     """The path of a running Slurm cluster's slurm.conf (also in os.environ["SLURM_CONF"],
     so the CLI run by a test finds it)."""
-    def missing(why: str) -> None:
-        if os.environ.get("NIGHTSHIFT_REQUIRE_SLURM") == "1":
-            pytest.fail(f"{why}, and CI requires Slurm")
-        pytest.skip(why)
-
-    try:
-        import submitit  # noqa: F401
-    except ImportError:
-        missing("submitit is not installed: pip install -e '.[slurm]'")
     if os.environ.get("SLURM_CONF"):
         yield os.environ["SLURM_CONF"]
         return
-    if not (shutil.which("slurmctld") and shutil.which("slurmd") and shutil.which("munged")):
-        missing("Slurm is not installed: apt-get install slurm-wlm munge")
-    if os.getuid() != 0:
-        missing("starting a local Slurm cluster needs root")
     root = Path(tempfile.mkdtemp(prefix="ns-slurm-", dir="/tmp"))   # short: munge's socket path
     cluster = subprocess.Popen([sys.executable, str(PROJECT / ".ci" / "slurm_cluster.py"), str(root)])
     deadline = time.monotonic() + 90

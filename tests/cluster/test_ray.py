@@ -7,15 +7,15 @@ import subprocess
 import sys
 import time
 
-import pytest
 
 from agent.record.events import Role
 from sandbox import Status
 from tests.loop_helpers import cli_env, loop_state, make_repo, nightshift
 from tests.cluster.graded import GRADE, GRADED_PROGRAM, GRADED_SCRIPT, PREPARE
 from tests.night.test_scheduler import PROGRAM, SLEEPY, assert_no_run_twice, leftovers
+from tests.needs import needs
 
-pytestmark = pytest.mark.ray
+pytestmark = needs("ray")
 
 
 def ray_env(tmp_path, address):

@@ -2,15 +2,15 @@
 night's, each recorded with the node it ran on, and the answer is the same kind of record."""
 import json
 
-import pytest
 
 from agent.record.events import AblationChange, AblationRun, AblationSummary
 from agent.record.ledger import read_events
 from tests.cluster.test_ray import ray_env
 from tests.loop_helpers import make_repo, nightshift
 from tests.review.test_ablate import PROGRAM, SCRIPT, TOY
+from tests.needs import needs
 
-pytestmark = pytest.mark.ray
+pytestmark = needs("ray")
 
 
 def test_ablate_runs_on_the_ray_cluster(tmp_path, ray_address):

@@ -6,16 +6,16 @@ import sys
 import threading
 import time
 
-import pytest
 
 from agent.record.events import Verdict
 from sandbox import Status
 from tests.cluster.test_ray import ray_env
 from tests.loop_helpers import loop_state, nightshift
+from tests.needs import needs
 from tests.night.test_early_stop_night import (CALIBRATION, UNDER_TEST, clearly_worse_stopped,
                                                night_repo)
 
-pytestmark = pytest.mark.ray
+pytestmark = needs("ray")
 
 
 def test_a_tasks_lines_reach_the_head_while_it_runs_in_order_and_before_its_end(tmp_path, ray_address):

@@ -22,8 +22,9 @@ from sandbox import Status
 from tests.loop_helpers import cli_env, events, git_out, loop_state, make_repo, nightshift
 from tests.cluster.graded import GRADE, GRADED_PROGRAM, GRADED_SCRIPT, PREPARE
 from tests.night.test_scheduler import PROGRAM, SLEEPY, assert_no_run_twice, finished_runs, most_at_once
+from tests.needs import needs
 
-pytestmark = pytest.mark.slurm
+pytestmark = needs("slurm")
 
 
 def slurm_repo(tmp_path: Path, delay: str, baseline: int = 2, graded: bool = False, **slurm: str) -> Path:

@@ -18,6 +18,7 @@ from sandbox import RunResult, RunSpec, Status
 from sandbox.protocol import DataMount
 from tests.loop_helpers import cli_env, make_repo, nightshift
 from tests.night.test_scheduler import PROGRAM, SLEEPY
+from tests.needs import needs
 
 
 def spec(root: Path, run: str = "r1", step: str = "out") -> RunSpec:
@@ -136,6 +137,7 @@ def test_the_request_is_refused_when_the_partition_cannot_hold_it():
         Request.plan(SlurmSettings(partition="cpu"), partition(), 1, None, None)
 
 
+@needs("submitit")
 def test_the_job_script_submitit_writes_holds_the_request():
     from submitit.slurm.slurm import _make_sbatch_string
 

@@ -4,27 +4,17 @@ driven by its YAML file. Each runs a night of 3 experiments through the real CLI
 example's program.md as shipped (only the test's seeds, and for the YAML script a short
 wall-clock budget).
 
-transformers is an optional extra (`pip install -e '.[hf]'`); CI installs it and sets
-NIGHTSHIFT_REQUIRE_HF, so there a missing install fails instead of skipping.
+transformers is an optional extra (`pip install -e '.[hf]'`): the Trainer's night is marked
+`needs("hf")` (tests/needs.py), so CI, which requires every kind, fails where it is missing.
 """
 import json
-import os
 import re
 
-import pytest
 import yaml
 
 from tests.examples.conftest import FAST
 from tests.loop_helpers import PROJECT, cli_env, git_out, loop_state, make_repo, nightshift, set_front_matter, seeds_reach_the_metric
-
-def need_transformers():
-    try:
-        import transformers  # noqa: F401
-    except ImportError as error:
-        if os.environ.get("NIGHTSHIFT_REQUIRE_HF"):
-            pytest.fail(f"NIGHTSHIFT_REQUIRE_HF is set but transformers does not import: {error}")
-        pytest.skip("transformers is not installed (pip install -e '.[hf]')")
-
+from tests.needs import needs
 
 def example(root, name: str, files: tuple[str, ...], **front_matter: str):
     folder = PROJECT / "examples" / name
@@ -32,8 +22,8 @@ def example(root, name: str, files: tuple[str, ...], **front_matter: str):
     return make_repo(root, {"program.md": program, **{f: (folder / f).read_text() for f in files}})
 
 
+@needs("hf")
 def test_a_night_over_the_real_hugging_face_trainer(tmp_path):
-    need_transformers()
     repo = example(tmp_path / "clm", "hf_trainer", ("run_train.py",))
     head = git_out(repo, "rev-parse", "HEAD")
     done = nightshift(repo, "run", "--tag", "hf", "--max-experiments", "3", env=cli_env(tmp_path / "data"))

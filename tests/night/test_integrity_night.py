@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from tests.loop_helpers import PROJECT, cli_env, loop_state, nightshift, project_repo
+from tests.needs import needs
 
 pytestmark = pytest.mark.slow
 
@@ -179,7 +180,7 @@ TWICE_LONGER = {"replace": [BUDGET_LINE, BUDGET_LINE + " * 2"],
                 "description": "train twice the budget"}
 
 
-@pytest.mark.docker
+@needs("docker")
 def test_in_containers_at_15s_training_past_the_budget_rebuilt_val_and_code_in_a_size_are_flagged(tmp_path):
     """The same doors in the Docker sandbox (a host-mode image mounts the host's /usr and
     Python, so the standard-library sources are there to hide), at the quick start's budget.

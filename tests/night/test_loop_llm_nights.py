@@ -12,6 +12,7 @@ from tests.fakes import openai_api
 from tests.loop_helpers import cli_env, loop_state, make_repo, nightshift
 from tests.night.test_keep_rule_loop import NOISE_SCRIPT
 from tests.night.test_loop_claude import PREDICTION, PROGRAM
+from tests.needs import needs
 
 EXPERIMENTS = 20
 CLAUDE_KEY = "sk-ant-night-secret-20x-7777bbbb"
@@ -125,6 +126,7 @@ def test_a_claude_night_with_trouble_injected_finishes_every_experiment(tmp_path
     _key_is_nowhere(repo, fake, CLAUDE_KEY, done)
 
 
+@needs("openai")
 def test_the_same_night_with_the_openai_researcher(tmp_path):
     repo = make_repo(tmp_path / "user", {"noise.py": NOISE_SCRIPT, "program.md": PROGRAM_LLM})
     env = cli_env(tmp_path / "data")

@@ -14,6 +14,7 @@ import pytest
 from tests.fakes import anthropic_api as claude
 from tests.fakes import openai_api as chat
 from tests.loop_helpers import cli_env, git_out, loop_state, make_repo, nightshift
+from tests.needs import needs
 
 EXPERIMENTS = 20
 WHITESPACE, CUT, REFUSAL, OVERLOAD = 3, 6, 9, 12      # the experiments that meet a fault
@@ -96,7 +97,7 @@ def openai_script() -> list:
     return replies
 
 
-@pytest.mark.parametrize("researcher", ["claude", "openai"])
+@pytest.mark.parametrize("researcher", ["claude", pytest.param("openai", marks=needs("openai"))])
 def test_a_twenty_experiment_night_with_the_apis_faults_loses_no_experiment(tmp_path, researcher):
     settings = "claude: {}" if researcher == "claude" else "openai: {model: qwen3-coder}"
     repo = make_repo(tmp_path / "user", {"note.py": SCRIPT,

@@ -11,6 +11,7 @@ from agent.researchers.claude import ClaudeResearcher
 from agent.researchers.settings import ClaudeSettings
 from tests.fakes.anthropic_api import FakeAnthropic, message, tool_use
 from tests.researchers.test_claude_researcher import GOOD_EDIT, make_context, submit
+from tests.needs import needs
 
 AWS_KEY_ID, AWS_SECRET = "AKIAFAKEKEYID0000001", "fake/aws/secret/access/key/0123456789abcdef"
 BEDROCK_TOKEN = "bedrock-api-key-fake-0123456789abcdef"
@@ -43,6 +44,7 @@ def _no_secret_anywhere(fake, tmp_path, *secrets):
                 assert secret not in path.read_text(errors="replace"), path
 
 
+@needs("bedrock")
 def test_bedrock_signs_with_aws_credentials(clean_env, tmp_path):
     clean_env.setenv("AWS_ACCESS_KEY_ID", AWS_KEY_ID)
     clean_env.setenv("AWS_SECRET_ACCESS_KEY", AWS_SECRET)
@@ -69,6 +71,15 @@ def test_bedrock_takes_an_api_key_as_a_bearer_token(clean_env, tmp_path):
         ClaudeResearcher(tmp_path / "state", settings).propose(make_context())
     assert fake.requests[0].headers["authorization"] == f"Bearer {BEDROCK_TOKEN}"
     _no_secret_anywhere(fake, tmp_path, BEDROCK_TOKEN)
+
+
+def test_bedrock_without_botocore_names_the_extra_before_any_request(clean_env, tmp_path):
+    clean_env.setitem(sys.modules, "botocore", None)     # as where the extra is not installed
+    clean_env.setenv("AWS_ACCESS_KEY_ID", AWS_KEY_ID)
+    clean_env.setenv("AWS_SECRET_ACCESS_KEY", AWS_SECRET)
+    with pytest.raises(ResearcherError, match=r"botocore.*pip install -e '\.\[bedrock\]'.*AWS_BEARER_TOKEN_BEDROCK"):
+        ClaudeResearcher(tmp_path, ClaudeSettings(provider="bedrock", region="us-east-1",
+                                                  model="anthropic.claude-haiku-4-5-v1:0"))
 
 
 def test_bedrock_without_a_region_says_where_to_set_one(clean_env, tmp_path):

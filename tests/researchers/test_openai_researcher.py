@@ -9,6 +9,10 @@ import json
 
 import pytest
 
+from tests.needs import require
+
+pytestmark = require("openai")   # before the imports below, which import the SDK
+
 from agent.researchers.base import ResearcherError
 from agent.researchers.conversation import ProposalRejected
 from agent.researchers.openai_researcher import OpenAIResearcher, is_local

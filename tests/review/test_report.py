@@ -13,9 +13,9 @@ from agent.record.ledger import Ledger, read_events
 from agent.record.state import fold
 from agent.review.report import build_context, write_report
 from tests.ledger_factory import synthetic_night
+from tests.needs import needs
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="needs Chromium: apt-get install -y chromium")
 
 # Injected at the top of <head> of a copy of the report: records script errors, failed loads
 # (capture phase sees them), console.error and every resource the page fetched, then exercises
@@ -116,7 +116,7 @@ def test_the_cost_splits_the_prompt_and_each_experiment_links_its_transcript(lon
     assert (tmp_path / "elsewhere" / link.group(1)).resolve() == (long_night / "researcher/transcripts/0001.json").resolve()
 
 
-@needs_chromium
+@needs("chromium")
 @pytest.mark.parametrize("kind", ["empty", "crashes", "long"])
 def test_report_draws_in_headless_chromium_without_errors(tmp_path, kind, long_night):
     tag = long_night if kind == "long" else tmp_path / kind

@@ -19,12 +19,11 @@ from pathlib import Path
 import pytest
 
 from tests.loop_helpers import PROJECT, cli_env, make_repo
+from tests.needs import needs
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(
-    CHROMIUM is None or CHROMEDRIVER is None,
-    reason="needs Debian's chromium and chromium-driver: apt-get install -y chromium chromium-driver")]
+pytestmark = [pytest.mark.slow, needs("browser")]
 ARTIFACTS = Path(os.environ.get("NIGHTSHIFT_ARTIFACTS", PROJECT / "test-artifacts"))
 
 TOY = """import json, os, random, time
