@@ -3,9 +3,11 @@
 Run by `sandbox.local.LocalRunner` as a script (standard library only, no package
 imports) inside fresh PID + mount (+ network) namespaces made by `unshare`:
 
-    python confine.py [--cgroup-procs FILE]... [--rlimit NAME=N]... [--writable DIR]...
-                      [--read-only-root] [--overlay DIR UPPER WORK] [--bind-ro SRC DEST]...
-                      [--cover FILE TARGET]... [--hide DIR [--expose PATH]...] [--chdir DIR] [--setpriv PATH] [--cpus 0,1] [--pdeathsig] -- CMD...
+    python confine.py [--cgroup-procs FILE]... [--rlimit NAME=N]...
+                      [--read-only-root --root DIR [--bind SRC DEST]... [--bind-rw SRC DEST]...
+                       [--link PATH TEXT]... [--overlay DIR UPPER WORK] [--bind-ro SRC DEST]...
+                       [--cover FILE TARGET]...] [--chdir DIR] [--setpriv PATH] [--cpus 0,1]
+                      [--pdeathsig] -- CMD...
 
 It first joins the run's cgroups (so all it starts is counted and limited), pins itself to
 the `--cpus` cores (a worker's share, inherited by everything it starts), then confines
@@ -14,23 +16,21 @@ set in the child only, in its own process group. With `--pdeathsig`, it and the 
 get SIGKILL when their parent dies, so a killed harness leaves nothing running even where
 no PID namespace is available.
 
-With `--hide DIR`, DIR (the harness's results folder: other runs' models and outputs; the
-data root: earlier preparations of the held-out bytes) is covered by an empty tmpfs first,
-and each `--expose PATH` after it (this run's own folder, its snapshot, its data) is bound
-back at its place, so the run sees only its own part of DIR. `--hide` may be given again.
-
-With `--read-only-root`, every mount is remounted read-only except the `--writable`
-folders (bind-mounted onto themselves first) and a fresh private tmpfs on /dev/shm, so
-the run can write only its out folder, home and tmp; /dev becomes a private one holding the
-usual character devices and the accelerators, no disk (`private_dev`). With `--overlay DIR UPPER WORK`, DIR
-(the snapshot) is first covered by an overlayfs whose writes land in UPPER, and all its
-folders are made writable in that view (tracked files keep their modes); each
-`--bind-ro SRC DEST` then mounts SRC read-only at DEST inside it. Each `--cover WIRE TARGET`
-binds WIRE over the existing TARGET (a file over a file, a folder over a folder), read-only:
-a tripwire over what the run must not read (sandbox.tripwire). `--chdir` enters the
-working directory after the mounts, so the command sees the overlay. With `--setpriv`,
-the command runs with no capabilities and no_new_privs, so even as root it cannot remount
-or undo this.
+With `--read-only-root --root DIR`, the run gets a new root filesystem built in DIR (a fresh
+tmpfs) from an allow-list, and nothing else of the host: each `--bind SRC DEST` mounts host
+path SRC read-only at DEST, each `--bind-rw SRC DEST` writable (the run's out, home and tmp),
+each `--link PATH TEXT` is a symlink as the host has it (`/lib -> usr/lib`); then a private
+/proc, a read-only /sys, a private /dev holding the usual character devices and the
+accelerators and no disk (`private_dev`), a private /tmp and /dev/shm; the new root itself is
+read-only. With `--overlay DIR UPPER WORK`, DIR (the snapshot) is covered by an overlayfs whose
+writes land in UPPER, all its folders writable in that view (tracked files keep their modes);
+each `--bind-ro SRC DEST` then mounts SRC read-only at DEST inside it. Each `--cover WIRE
+TARGET` binds WIRE over TARGET (a file over a file, a folder over a folder), read-only: a
+tripwire over what the run must not read (sandbox.tripwire). The process then moves into the
+new root (the switch_root way: the root mount moved over /, then chroot), so no path leads
+back to the host's. `--chdir` enters the working directory after that. With `--setpriv`,
+the command runs with no capabilities and no_new_privs, so even as root it cannot mount,
+chroot or undo this.
 
 Without a PID namespace (a machine without unshare) it still sets limits and reaps, and
 forwards signals to the command's process group only.
@@ -50,10 +50,14 @@ import signal
 import sys
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
-MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+MS_REMOUNT, MS_BIND, MS_MOVE, MS_REC, MS_PRIVATE = 32, 4096, 8192, 16384, 1 << 18
+MS_NOATIME, MS_NODIRATIME, MS_RELATIME = 1024, 2048, 1 << 21
+# statvfs's flags of a mount, and the mount flags a read-only remount of a bind must keep (in a
+# user namespace the kernel refuses to drop them).
+_KEPT_FLAGS = ((os.ST_NOSUID, MS_NOSUID), (os.ST_NODEV, MS_NODEV), (os.ST_NOEXEC, MS_NOEXEC),
+               (os.ST_NOATIME, MS_NOATIME), (os.ST_NODIRATIME, MS_NODIRATIME), (4096, MS_RELATIME))
 PR_SET_PDEATHSIG = 1
 _PROC_KNOBS = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus")
-_FLAG_OPTIONS = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC}
 
 
 def _mount(libc: ctypes.CDLL, source: str | None, target: str, fstype: str | None,
@@ -64,32 +68,29 @@ def _mount(libc: ctypes.CDLL, source: str | None, target: str, fstype: str | Non
         raise OSError(err, f"mount {target}: {os.strerror(err)}")
 
 
-def _mountpoints() -> list[tuple[str, int]]:
-    """(mount point, flags to keep) for every mount, parents before children."""
-    found = []
-    with open("/proc/self/mountinfo") as fh:
-        for line in fh:
-            fields = line.split()
-            point = fields[4].encode().decode("unicode_escape")  # \040 for spaces
-            keep = sum(_FLAG_OPTIONS.get(opt, 0) for opt in fields[5].split(","))
-            found.append((point, keep))
-    return found
+def _kept_flags(path: str) -> int:
+    found = os.statvfs(path).f_flag
+    return sum(flag for st, flag in _KEPT_FLAGS if found & st)
 
 
-def hide(libc: ctypes.CDLL, folder: str, expose: list[str]) -> None:
-    """Cover `folder` with an empty tmpfs, then bind each of `expose` (paths under it) back
-    at its place. The exposed folders are opened before the cover, and bound from those
-    descriptors, since once covered their paths lead into the empty tmpfs."""
-    held = [(path, os.open(path, os.O_PATH | os.O_CLOEXEC)) for path in expose]
-    _mount(libc, "tmpfs", folder, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")
-    for path, fd in held:
-        if os.path.isdir(f"/proc/self/fd/{fd}"):
-            os.makedirs(path, exist_ok=True)
-        else:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            open(path, "a").close()
-        _mount(libc, f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
-        os.close(fd)
+def _mount_point(source: str, target: str) -> None:
+    """An empty folder or file at `target` to mount `source` on (parents made as needed)."""
+    if os.path.lexists(target):
+        return
+    if os.path.isdir(source):
+        os.makedirs(target)
+    else:
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        open(target, "a").close()
+
+
+def bind(libc: ctypes.CDLL, source: str, target: str, writable: bool = False) -> None:
+    """Mount host path `source` at `target`, read-only unless `writable` (not recursive: what
+    is mounted below `source` on the host stays out of sight)."""
+    _mount_point(source, target)
+    _mount(libc, source, target, None, MS_BIND)
+    flags = MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV | _kept_flags(source)
+    _mount(libc, None, target, None, flags | (0 if writable else MS_RDONLY))
 
 
 # The devices a run keeps in its private /dev: the character devices every program expects and
@@ -100,62 +101,66 @@ ACCELERATORS = ("nvidia*", "dri", "kfd", "accel*")
 DEVICE_LINKS = ("fd", "stdin", "stdout", "stderr")
 
 
-def private_dev(libc: ctypes.CDLL) -> None:
-    """Cover /dev with a tmpfs holding only DEVICES and ACCELERATORS (bound from the real
-    ones) and its usual links."""
+def private_dev(libc: ctypes.CDLL, dev: str) -> None:
+    """At `dev`, a tmpfs holding only DEVICES and ACCELERATORS (bound from the host's /dev),
+    their usual links and a private /dev/shm (torch's DataLoader needs one)."""
     names = [name for name in DEVICES if os.path.lexists(f"/dev/{name}")]
     names += sorted({os.path.basename(p) for pattern in ACCELERATORS for p in glob.glob(f"/dev/{pattern}")})
-    links = {name: os.readlink(f"/dev/{name}") for name in DEVICE_LINKS if os.path.islink(f"/dev/{name}")}
-    hide(libc, "/dev", [f"/dev/{name}" for name in names])
-    for name, target in links.items():
-        os.symlink(target, f"/dev/{name}")
-    os.makedirs("/dev/shm", exist_ok=True)
+    os.makedirs(dev, exist_ok=True)
+    _mount(libc, "tmpfs", dev, "tmpfs", MS_NOSUID, "mode=0755")
+    for name in names:
+        source = f"/dev/{name}"
+        _mount_point(source, f"{dev}/{name}")
+        _mount(libc, source, f"{dev}/{name}", None, MS_BIND | MS_REC)
+    for name in DEVICE_LINKS:
+        if os.path.islink(f"/dev/{name}"):
+            os.symlink(os.readlink(f"/dev/{name}"), f"{dev}/{name}")
+    os.makedirs(f"{dev}/shm")
+    _mount(libc, "tmpfs", f"{dev}/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
 
 
-def make_read_only(writable: list[str], overlay: tuple[str, str, str] | None = None,
-                   binds: list[tuple[str, str]] | None = None,
-                   covers: list[tuple[str, str]] | None = None,
-                   hidden: list[tuple[str, list[str]]] = ()) -> None:
+def make_root(root: str, binds: list[tuple[str, str, bool]], links: list[tuple[str, str]] = (),
+              overlay: tuple[str, str, str] | None = None, inside: list[tuple[str, str]] = (),
+              covers: list[tuple[str, str]] = ()) -> None:
+    """Build the run's root in `root` from the allow-list and move into it (module docstring)."""
     libc = ctypes.CDLL(None, use_errno=True)
     _mount(libc, None, "/", None, MS_REC | MS_PRIVATE)  # nothing we do leaks to the host
-    for folder, expose in hidden:
-        hide(libc, folder, expose)
-    for folder in writable:
-        _mount(libc, folder, folder, None, MS_BIND | MS_REC)
-    keep_writable = {os.path.realpath(folder) for folder in writable}
+    _mount(libc, "tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")
+    os.makedirs(root + "/tmp")   # first: a run's own folders may lie under the host's /tmp
+    _mount(libc, "tmpfs", root + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
+    for path, text in links:
+        place = root + path
+        os.makedirs(os.path.dirname(place), exist_ok=True)
+        if not os.path.lexists(place):
+            os.symlink(text, place)
+    for source, target, writable in binds:
+        bind(libc, source, root + target, writable)
     if overlay:
         lower, upper, work = overlay
-        _mount(libc, "overlay", lower, "overlay", 0,
+        os.makedirs(root + lower, exist_ok=True)
+        _mount(libc, "overlay", root + lower, "overlay", 0,
                f"lowerdir={lower},upperdir={upper},workdir={work}")
-        for current, dirs, _ in os.walk(lower):   # folders only: a copy-up of metadata
+        for current, dirs, _ in os.walk(root + lower):   # folders only: a copy-up of metadata
             os.chmod(current, os.lstat(current).st_mode | 0o200)
-        keep_writable.add(os.path.realpath(lower))
-    for source, dest in binds or []:
-        os.makedirs(dest, exist_ok=True)
-        _mount(libc, source, dest, None, MS_BIND | MS_REC)   # read-only in the loop below
-    for wire, target in covers or []:
-        _mount(libc, wire, target, None, MS_BIND)   # a file over a file, a folder over a folder; read-only below
-    # /proc is this namespace's own and CUDA fails (error 304) when it is read-only, so
-    # only its host-wide knobs become read-only, as Docker does: uid 0 without
-    # capabilities may still write /proc/sys files it owns.
+    for source, dest in inside:
+        bind(libc, source, root + dest)
+    for wire, target in covers:
+        bind(libc, wire, root + target)
+    # /proc is this namespace's own and CUDA fails (error 304) when it is read-only, so only
+    # its host-wide knobs become read-only, as Docker does.
+    os.makedirs(root + "/proc", exist_ok=True)
+    _mount(libc, "proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     for knob in _PROC_KNOBS:
-        if os.path.exists(knob):
-            _mount(libc, knob, knob, None, MS_BIND | MS_REC)
-    private_dev(libc)
-    covered = ["/dev", *(folder.rstrip("/") for folder, _ in hidden)]
-    for point, keep in _mountpoints():
-        if point in keep_writable or point == "/proc":
-            continue
-        try:
-            _mount(libc, None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | keep)
-        except OSError as exc:
-            if point == "/":
-                raise
-            if any(point.startswith(folder + "/") for folder in covered):
-                continue   # a mount of the real /dev or of a hidden folder: out of sight now
-            print(f"nightshift sandbox: warning: {point} stays writable ({exc})", file=sys.stderr)
-    # A private /dev/shm (torch's DataLoader needs one) that vanishes with the namespace.
-    _mount(libc, "tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
+        if os.path.exists(root + knob):
+            _mount(libc, root + knob, root + knob, None, MS_BIND | MS_REC)
+            _mount(libc, None, root + knob, None, MS_REMOUNT | MS_BIND | MS_RDONLY | _kept_flags(root + knob))
+    bind(libc, "/sys", root + "/sys")
+    private_dev(libc, root + "/dev")
+    _mount(libc, None, root, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    os.chdir(root)
+    _mount(libc, root, "/", None, MS_MOVE)
+    os.chroot(".")
+    os.chdir("/")
 
 
 def _die_with_parent(parent: int) -> None:
@@ -168,15 +173,16 @@ def _die_with_parent(parent: int) -> None:
 
 
 def main(argv: list[str]) -> int:
-    writable: list[str] = []
+    root = ""
+    binds: list[tuple[str, str, bool]] = []
+    links: list[tuple[str, str]] = []
     cgroup_procs: list[str] = []
     rlimits: list[tuple[int, int]] = []
     read_only_root = False
     setpriv = ""
     overlay: tuple[str, str, str] | None = None
-    binds: list[tuple[str, str]] = []
+    inside: list[tuple[str, str]] = []
     covers: list[tuple[str, str]] = []
-    hides: list[tuple[str, list[str]]] = []
     chdir = ""
     cpus: set[int] = set()
     pdeathsig = False
@@ -187,8 +193,12 @@ def main(argv: list[str]) -> int:
         elif flag == "--rlimit":
             name, value = argv.pop(0).split("=")
             rlimits.append((getattr(resource, f"RLIMIT_{name}"), int(value)))
-        elif flag == "--writable":
-            writable.append(argv.pop(0))
+        elif flag == "--root":
+            root = argv.pop(0)
+        elif flag in ("--bind", "--bind-rw"):
+            binds.append((argv.pop(0), argv.pop(0), flag == "--bind-rw"))
+        elif flag == "--link":
+            links.append((argv.pop(0), argv.pop(0)))
         elif flag == "--read-only-root":
             read_only_root = True
         elif flag == "--setpriv":
@@ -196,13 +206,7 @@ def main(argv: list[str]) -> int:
         elif flag == "--overlay":
             overlay = (argv.pop(0), argv.pop(0), argv.pop(0))
         elif flag == "--bind-ro":
-            binds.append((argv.pop(0), argv.pop(0)))
-        elif flag == "--hide":
-            hides.append((argv.pop(0), []))
-        elif flag == "--expose":
-            if not hides:
-                raise SystemExit("confine.py: --expose needs a --hide before it")
-            hides[-1][1].append(argv.pop(0))
+            inside.append((argv.pop(0), argv.pop(0)))
         elif flag == "--cover":
             covers.append((argv.pop(0), argv.pop(0)))
         elif flag == "--chdir":
@@ -223,9 +227,11 @@ def main(argv: list[str]) -> int:
         with open(procs, "w") as fh:
             fh.write(str(os.getpid()))
     if read_only_root:
-        make_read_only(writable, overlay, binds, covers, hides)
-    elif overlay or binds or covers or hides:
-        raise SystemExit("confine.py: --overlay, --bind-ro, --cover and --hide need --read-only-root")
+        if not root:
+            raise SystemExit("confine.py: --read-only-root needs --root DIR (where the new root is built)")
+        make_root(root, binds, links, overlay, inside, covers)
+    elif overlay or binds or inside or covers or root:
+        raise SystemExit("confine.py: --root, --bind, --overlay, --bind-ro and --cover need --read-only-root")
     if chdir:
         os.chdir(chdir)
     if setpriv:

@@ -31,6 +31,7 @@ import math
 import os
 import re
 import socket
+import sys
 import threading
 import time
 import uuid
@@ -38,7 +39,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sandbox import held_out, workdir
+from sandbox import held_out, view, workdir
 from sandbox.held_out import Cover
 from sandbox.image import DEFAULT_TAG, SANDBOX_UID, ImageError, ImageMode, image_mode, python_prefixes, runtime_mounts
 from sandbox.tripwire import Laid, open_tripwires
@@ -163,11 +164,13 @@ class DockerRunner(Runner):
         if not self._swept:
             remove_leftovers(client)
             self._swept = True
+        mode = image_mode(image.labels)
+        seen = view.host_view(spec.python or sys.executable, spec.held_out.units, spec.view_add) \
+            if mode == ImageMode.HOST else None
         try:
-            host_mounts = runtime_mounts(image.labels)
+            host_mounts = runtime_mounts(image.labels, seen=seen)
         except ImageError as exc:
             raise SandboxUnavailable(str(exc)) from exc
-        mode = image_mode(image.labels)
         run_label = uuid.uuid4().hex[:12]
         user = self._prepare_out(spec.out_dir)
         run_dir = spec.out_dir.parent
@@ -183,7 +186,7 @@ class DockerRunner(Runner):
         # (only the mounts are visible in a container, so other runs' folders and other data
         # folders need no hiding here).
         wires, hidden_enforced = open_tripwires(run_dir, spec.data_dir, spec.hidden, None,
-                                                self._held_out_covers(spec, image, mode, host_mounts))
+                                                self._held_out_covers(spec, image, seen))
         laid = wires.laid if wires else []
         log = CappedLog(run_dir / "log.txt", spec.log_cap_bytes, on_output)
         started_at, t0 = utc_now(), time.monotonic()
@@ -304,18 +307,16 @@ class DockerRunner(Runner):
             env["PATH"] = ":".join(bins + ["/usr/local/bin", "/usr/bin", "/bin"])
         return env
 
-    def _held_out_covers(self, spec: RunSpec, image: Any, mode: ImageMode, host_mounts: list) -> list[Cover]:
-        """Where the held-out bytes lie inside the container: in a host-mode image, this
-        machine's copies under what it mounts (at the same paths); in a self-contained one,
-        the held-out units of the image's own standard library, listed once per image by
-        sandbox/held_out.py run inside it."""
+    def _held_out_covers(self, spec: RunSpec, image: Any, seen: view.View | None) -> list[Cover]:
+        """Where the held-out bytes' places are inside the container: in a host-mode image, the
+        run's view (sandbox.view: the units absent from its standard library, stand-ins at
+        their names); in a self-contained one, the held-out units of the image's own standard
+        library, listed once per image by sandbox/held_out.py run inside it."""
         units, paths = list(spec.held_out.units), list(spec.held_out.paths)
         if not units and not paths:
             return []
-        if mode == ImageMode.HOST:
-            seen = [m.target for m in host_mounts]
-            return [c for c in held_out.covers(units, paths)
-                    if any(c.target == t or c.target.startswith(t.rstrip("/") + "/") for t in seen)]
+        if seen is not None:
+            return view.held_out_covers(seen, spec.held_out.units, spec.held_out.paths)
         key = (image.id, tuple(units))
         if key not in self._layouts:
             script = Path(held_out.__file__).read_text()

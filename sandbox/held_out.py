@@ -2,10 +2,12 @@
 run must not see. Standard library only, so a container of a self-contained image runs it too.
 
 The bundled data's meta.json says (`held_out_sources`, written by train/prepare.py):
-- `units`: files and folders of the standard library that val and test were cut from. Every
-  Python installation has them, so each one found is covered: the interpreter's own, the
-  system's (/usr/lib/python3.X), any other under /usr/local or the harness's prefixes, with
-  the bytecode caches of single-file modules (`__pycache__/mailbox.cpython-311.pyc`);
+- `units`: files and folders of the standard library that val and test were cut from. A run's
+  view (sandbox.view) holds one standard library, its interpreter's, and there they are absent
+  (a copy without them); each unit's place, with the bytecode caches of single-file modules
+  (`__pycache__/mailbox.cpython-311.pyc`), gets a watched stand-in. Other Pythons are not in
+  the view at all; a self-contained image's own standard library is listed by running this
+  module inside it (`stdlib_roots`);
 - `paths`: absolute files (a corpus folder's val and test files; exact copies of held-out
   files found elsewhere at preparation);
 - `siblings`: the other folders of the data root (earlier preparations hold the same bytes),

@@ -7,10 +7,11 @@ Three ways to get an image, recorded in its `org.nightshift.mode` label:
   the base image.
 - `host`: for machines with no registry (CI, air-gapped boxes). A tiny image made with
   `docker import` from an in-memory tarball: empty directories, `bin -> usr/bin` style
-  links and an /etc/passwd with the non-root sandbox user. At run time the host's /usr,
-  /etc/ld.so.cache and Python prefix are bind-mounted read-only (at the same paths, so
-  the interpreter's RUNPATH and any absolute paths in site-packages keep working). The
-  run sees the host's Python and torch, never the host's /etc, /root or /home.
+  links and an /etc/passwd with the non-root sandbox user. At run time the run's view
+  (sandbox.view: the interpreter and its packages with the held-out units absent, the
+  libraries they link, a shell) is bind-mounted read-only at the same paths, so the
+  interpreter's RUNPATH and any absolute paths in site-packages keep working. The run sees
+  the host's Python and torch and nothing else of the host: not /usr whole, /etc, /root or /home.
 - `rootfs`: `docker import` of a root filesystem you prepared (a directory or tarball,
   e.g. from debootstrap plus pip on a machine with mirrors). Self-contained like
   `dockerfile`, but built offline.
@@ -31,6 +32,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from sandbox.view import View, host_view
 
 DEFAULT_TAG = "nightshift:latest"
 
@@ -54,9 +57,10 @@ SANDBOX_UID = 1000            # the image's non-root user; runs never use uid 0
 SANDBOX_USER = "nightshift"
 DOCKERFILE = Path(__file__).with_name("Dockerfile")
 
-# Host directories a host-mode run mounts read-only. /bin, /lib, /lib64 are links
-# into /usr in the image (Debian's merged /usr), so /usr carries the whole userland.
-HOST_SYSTEM_MOUNTS = ("/usr", "/etc/ld.so.cache")
+# What the host-mode image holds itself, so a run's view (sandbox.view) mounts none of it: the
+# merged-/usr links and its own users (the sandbox user, uid 1000, is the image's).
+IMAGE_LINKS = ("/bin", "/lib", "/lib64")
+IMAGE_FILES = ("/etc/passwd", "/etc/group")
 
 
 @dataclass(frozen=True)
@@ -85,13 +89,15 @@ def image_mode(labels: dict[str, str] | None) -> ImageMode:
         return ImageMode.DOCKERFILE
 
 
-def runtime_mounts(labels: dict[str, str] | None, python: list[str] | None = None) -> list[Mount]:
+def runtime_mounts(labels: dict[str, str] | None, python: list[str] | None = None,
+                   seen: View | None = None) -> list[Mount]:
     """The host paths a run of an image with these labels must mount read-only.
 
-    Empty for self-contained images. For host mode: /usr, the loader cache and the Python
-    prefixes recorded at build time, each checked to exist and to be readable by the
-    sandbox's non-root user (a prefix under a 0700 home directory is fine: a bind mount
-    does not need the host's parents to be traversable, only the prefix itself).
+    Empty for self-contained images. For host mode: the run's view (`seen`, default this
+    interpreter's: sandbox.view), nothing else of the host, once the Python prefixes recorded at
+    build time are checked to exist and to be readable by the sandbox's non-root user (a
+    prefix under a 0700 home directory is fine: a bind mount does not need the host's parents
+    to be traversable, only what it mounts).
 
     The recorded prefixes must be those of `python` (default: this interpreter's), the one
     whose bin/ the run's PATH names: an image built from another virtualenv would mount
@@ -101,7 +107,6 @@ def runtime_mounts(labels: dict[str, str] | None, python: list[str] | None = Non
         return []
     labels = labels or {}
     prefixes = json.loads(labels.get(LABEL_PREFIXES, "[]"))
-    mounts = [Mount(path, path) for path in HOST_SYSTEM_MOUNTS if os.path.exists(path)]
     for prefix in prefixes:
         if not os.path.isdir(prefix):
             raise ImageError(
@@ -119,7 +124,17 @@ def runtime_mounts(labels: dict[str, str] | None, python: list[str] | None = Non
             f"environment (python -m sandbox.image build --mode host), or use sandbox: local")
     for prefix in prefixes:
         _check_world_readable(Path(prefix))
-        mounts.append(Mount(prefix, prefix))
+    return view_mounts(seen if seen is not None else host_view(sys.executable))
+
+
+def view_mounts(seen: View) -> list[Mount]:
+    """A view as bind mounts: each bind, and each symlink on the way the image does not have
+    as the file or folder it leads to (a container's root cannot take a link by a mount)."""
+    mounts = [Mount(bind.source, bind.target) for bind in seen.binds if bind.target not in IMAGE_FILES]
+    for path, _text in seen.links:
+        real = os.path.realpath(path)
+        if path not in IMAGE_LINKS and os.path.exists(real):
+            mounts.append(Mount(real, path))
     return mounts
 
 

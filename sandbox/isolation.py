@@ -101,19 +101,39 @@ def _works(argv: list[str]) -> bool:
         return False
 
 
+def _own_root(tmp: str) -> list[str]:
+    """confine.py's arguments for a root of its own in `tmp` holding this interpreter's view."""
+    from sandbox.view import ViewError, host_view
+
+    try:
+        seen = host_view(sys.executable)
+    except ViewError:
+        return []
+    args = ["--read-only-root", "--root", os.path.join(tmp, "root")]
+    for path, text in seen.links:
+        args += ["--link", path, text]
+    for bind in seen.binds:
+        args += ["--bind", bind.source, bind.target]
+    os.mkdir(os.path.join(tmp, "root"))
+    return args
+
+
 def _read_only_root_works(unshare: str | None, user: list[str], setpriv: str | None) -> bool:
-    """Run confine.py for real: the writable folder must be writable and its parent not."""
+    """Run confine.py for real: in a root of its own, the writable folder must be writable,
+    its parent not, and a file of the host outside the view must not be there."""
     if unshare is None:
         return False
     with tempfile.TemporaryDirectory(prefix="nightshift-probe-") as tmp:
-        inside = Path(tmp, "out")
+        inside, unseen = Path(tmp, "out"), Path(tmp, "unseen")
         inside.mkdir()
+        unseen.write_text("")
         priv = ["--setpriv", setpriv] if setpriv else []
-        check = f'touch "{inside}/ok" && ! touch "{tmp}/escaped" 2>/dev/null'
+        own = _own_root(tmp)
+        check = f': > "{inside}/ok" && ! (: > /etc/escaped) 2>/dev/null && ! [ -e "{unseen}" ]'
         argv = [unshare, "--fork", "--kill-child", "--pid", "--mount-proc", *user, "--mount",
-                sys.executable, "-I", str(CONFINE_SCRIPT), "--writable", str(inside),
-                "--read-only-root", *priv, "--", "/bin/sh", "-c", check]
-        return _works(argv) and Path(inside, "ok").exists() and not Path(tmp, "escaped").exists()
+                sys.executable, "-I", str(CONFINE_SCRIPT), *own, "--bind-rw", str(inside), str(inside),
+                *priv, "--", "/bin/sh", "-c", check]
+        return bool(own) and _works(argv) and Path(inside, "ok").exists()
 
 
 def _overlay_works(unshare: str | None, user: list[str], setpriv: str | None) -> bool:
@@ -127,9 +147,9 @@ def _overlay_works(unshare: str | None, user: list[str], setpriv: str | None) ->
         lower.chmod(0o555)
         priv = ["--setpriv", setpriv] if setpriv else []
         argv = [unshare, "--fork", "--kill-child", "--pid", "--mount-proc", *user, "--mount",
-                sys.executable, "-I", str(CONFINE_SCRIPT), "--read-only-root",
+                sys.executable, "-I", str(CONFINE_SCRIPT), *_own_root(tmp),
                 "--overlay", str(lower), str(upper), str(work), "--chdir", str(lower), *priv,
-                "--", "/bin/sh", "-c", "touch ok"]
+                "--", "/bin/sh", "-c", ": > ok"]
         try:
             return _works(argv) and Path(upper, "ok").exists() and not Path(lower, "ok").exists()
         finally:

@@ -16,9 +16,12 @@ Confinement, as strong as this machine allows (see `sandbox.isolation.detect`):
   group, the run's cgroup and an env marker (NIGHTSHIFT_RUN_ID) are swept instead. The
   sweep (cgroup + marker scan of /proc) runs after every run regardless.
 - network namespace with only a down loopback, unless `limits.network`;
-- mount namespace: every mount read-only except out/, home/, tmp/ (and the working dir's
-  private overlay, with spec.writable_workdir); spec.mounts bound read-only; private /dev/shm;
-  spec.hidden files of the data folder covered by watched empty tripwires (sandbox.tripwire);
+- mount namespace with a root of its own that holds only the run's view (sandbox.view: the
+  snapshot, the data, the interpreter with the held-out units absent, the libraries it links,
+  a shell), read-only but for out/, home/, tmp/ (and the working dir's private overlay, with
+  spec.writable_workdir); spec.mounts bound read-only; private /dev, /tmp and /dev/shm;
+  spec.hidden files of the data folder and the held-out units' places in the standard library
+  covered by watched empty tripwires (sandbox.tripwire);
 - all capabilities dropped and no_new_privs (setpriv), so root cannot undo the above;
 - cgroup pids + memory limits (an OOM kill is reported as OOM); without a memory cgroup,
   RLIMIT_DATA (torch on CPU works under it; RLIMIT_AS would break CUDA's reservations);
@@ -42,7 +45,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from sandbox import held_out, workdir
+from sandbox import view, workdir
 from sandbox.isolation import CONFINE_SCRIPT, Isolation, RunCgroup, detect
 from sandbox.outcome import CappedLog, run_result, utc_now
 from sandbox.protocol import (OnOutput, Runner, RunInterrupted, RunResult, RunSpec, SandboxUnavailable,
@@ -98,12 +101,13 @@ class LocalRunner(Runner):
         log = CappedLog(run_dir / "log.txt", spec.log_cap_bytes, on_output)
         cgroup, memory_by = self._make_cgroup(iso, run_id, spec)
         writable = (spec.out_dir, home, tmp) + ((cwd,) if mode == WorkdirMode.COPY else ())
+        confined = iso.read_only_root and bool(iso.unshare_argv(False))
+        seen = view.host_view(spec.python or sys.executable, spec.held_out.units, spec.view_add) if confined else None
         wires, hidden_enforced = open_tripwires(
-            run_dir, spec.data_dir, spec.hidden,
-            None if iso.read_only_root and iso.unshare_argv(False) else "no mount namespace here",
-            held_out.covers(list(spec.held_out.units), list(spec.held_out.paths)))
+            run_dir, spec.data_dir, spec.hidden, None if confined else "no mount namespace here",
+            view.held_out_covers(seen, spec.held_out.units, spec.held_out.paths))
         covers = [(laid.wire, laid.target) for laid in wires.laid] if wires else []
-        argv = self._argv(iso, spec, cgroup, memory_by, writable, cwd, layers, covers)
+        argv = self._argv(iso, spec, cgroup, memory_by, writable, cwd, layers, covers, seen)
         env = scrubbed_env(spec, home, tmp, run_id)
         started_at, t0 = utc_now(), time.monotonic()
         try:
@@ -132,7 +136,7 @@ class LocalRunner(Runner):
         peaks = [p for p in (watch.peak_rss_mb, cgroup.peak_memory_mb() if cgroup else None) if p]
         if cgroup and not cgroup.remove():
             strays += 1  # something still held it; reported rather than hidden
-        for folder in (home, tmp):
+        for folder in (home, tmp, run_dir / "root"):
             shutil.rmtree(folder, ignore_errors=True)
         written = {}
         if mode == WorkdirMode.OVERLAY:
@@ -178,7 +182,7 @@ class LocalRunner(Runner):
     @staticmethod
     def _argv(iso: Isolation, spec: RunSpec, cgroup: RunCgroup | None, memory_by: str | None,
               writable: tuple[Path, ...], cwd: Path, layers: tuple[Path, Path] | None = None,
-              covers: list[tuple[Path, Path]] = ()) -> list[str]:
+              covers: list[tuple[Path, Path]] = (), seen: view.View | None = None) -> list[str]:
         limits = spec.limits
         rlimits = ["CORE=0"]
         if limits.open_files is not None:
@@ -193,20 +197,28 @@ class LocalRunner(Runner):
             confine += ["--cgroup-procs", procs]
         for item in rlimits:
             confine += ["--rlimit", item]
-        if argv and iso.read_only_root:
+        if argv and iso.read_only_root and seen is not None:
             argv.append("--mount")
-            for folder in writable:
-                confine += ["--writable", str(folder.resolve())]
-            confine.append("--read-only-root")
             where = Path(cwd).resolve()
+            root = spec.out_dir.parent / "root"   # where the run's own root is built (a tmpfs)
+            root.mkdir(exist_ok=True)
+            confine += ["--read-only-root", "--root", str(root.resolve())]
+            for path, text in seen.links:
+                confine += ["--link", path, text]
+            for bind in seen.binds:
+                confine += ["--bind", bind.source, bind.target]
+            own = {Path(p).resolve() for p in writable}
+            reads = [spec.data_dir, spec.train_out_dir] + ([] if layers or where in own else [where])
+            for folder in dict.fromkeys(str(Path(p).resolve()) for p in reads if p is not None):
+                confine += ["--bind", folder, folder]
+            for folder in writable:
+                confine += ["--bind-rw", str(folder.resolve()), str(folder.resolve())]
             if layers is not None:
                 confine += ["--overlay", str(where), *(str(p.resolve()) for p in layers)]
             for mount in spec.mounts:
                 confine += ["--bind-ro", str(Path(mount.source).resolve()), str(where / mount.path)]
             for wire, target in covers:
                 confine += ["--cover", str(Path(wire).resolve()), str(Path(target).resolve())]
-            for path in _private_hide(spec, cwd) + _data_siblings_hide(spec):
-                confine += path
             confine += ["--chdir", str(where)]
         if argv and iso.setpriv:
             confine += ["--setpriv", iso.setpriv]
@@ -217,34 +229,6 @@ class LocalRunner(Runner):
             confine += ["--cpus", ",".join(str(c) for c in limits.cpuset)]
         confine.append("--pdeathsig")   # without namespaces, confine and the command die with us
         return argv + confine + ["--", "/bin/sh", "-c", spec.shell_command(python=spec.python)]
-
-
-def _private_hide(spec: RunSpec, cwd: Path) -> list[list[str]]:
-    """`--hide` of spec.private_root and `--expose` of what of it this run needs: its own
-    folder, its working directory, its data and (an evaluation step) the training outputs."""
-    if spec.private_root is None:
-        return []
-    root = Path(spec.private_root).resolve()
-    needed = [spec.out_dir.parent, cwd, spec.data_dir, spec.train_out_dir,
-              *(m.source for m in spec.mounts)]
-    inside = sorted({str(Path(p).resolve()) for p in needed if p is not None
-                     and Path(p).resolve().is_relative_to(root) and Path(p).resolve() != root})
-    if any(Path(p).resolve() == root for p in needed if p is not None):
-        return []   # the run needs the whole folder: nothing to hide
-    return [["--hide", str(root)], *(["--expose", path] for path in inside)]
-
-
-def _data_siblings_hide(spec: RunSpec) -> list[list[str]]:
-    """`--hide` of the data folder's parent but for the data folder itself, where the data says
-    its neighbours are earlier preparations of the same text (the bundled data root)."""
-    if not spec.held_out.siblings:
-        return []
-    data = Path(spec.data_dir).resolve()
-    needed = [spec.out_dir, spec.snapshot_dir, spec.train_out_dir, spec.private_root, *(m.source for m in spec.mounts)]
-    if any(Path(p).resolve().is_relative_to(data.parent) and not Path(p).resolve().is_relative_to(data)
-           for p in needed if p is not None):
-        return []   # the run's own folders live beside the data: hiding them is not ours to do
-    return [["--hide", str(data.parent)], ["--expose", str(data)]]
 
 
 def scrubbed_env(spec: RunSpec, home: Path, tmp: Path, run_id: str) -> dict[str, str]:
@@ -280,6 +264,7 @@ def _run_facts(iso: Isolation, spec: RunSpec, memory_by: str | None,
         "pids_limit": ("cgroup" if cgroup and "pids" in cgroup.dirs else
                        "ignored_as_root" if iso.is_root else "rlimit_nproc") if spec.limits.pids else None,
         "other_runs_hidden": (sandboxed and iso.read_only_root) if spec.private_root else None,
+        "view": "allow-list (sandbox.view)" if sandboxed and iso.read_only_root else "the whole machine",
     }
 
 

@@ -155,6 +155,8 @@ class RunSpec:
                                         # read-only ({train_out}, NIGHTSHIFT_TRAIN_OUT)
     private_root: Path | None = None    # the harness's results folder: hidden from the run but
                                         # for this run's own folders (other runs' models stay unseen)
+    view_add: tuple[str, ...] = ()      # host paths the run may read besides its view (program.md
+                                        # `view: {add: [...]}`; sandbox.view)
 
     @property
     def deadline_s(self) -> float:

@@ -12,6 +12,7 @@ from typing import Any
 
 from agent.decide.rules import make_rule
 from agent.night.loop import ResearchLoop
+from agent.preflight.held_out_scan import before_the_night
 from agent.preflight.leftovers import end_jobs, end_leftovers
 from agent.preflight.lock import TagLock, refuse_if_locked
 from agent.preflight.prestart import prestart
@@ -148,6 +149,7 @@ def _assemble(program: Program, tag: str, results: Path, ledger: Ledger, workspa
     from agent.researchers.registry import make_researcher
 
     data = prepare_data(program.prepare, workspace.path, data_cache())
+    view_note = before_the_night(program, data, workspace.path, runner)
 
     def detail(experiment_id: str) -> str:
         return experiment_detail(ledger.state, experiment_id, workspace.diff,
@@ -181,6 +183,8 @@ def _assemble(program: Program, tag: str, results: Path, ledger: Ledger, workspa
              f"workers: {shown} on {program.cluster}"
              + ("" if program.overlap else " (proposals only between runs: overlap false)"),
              f"decision rule: {rule.name}", f"data: {data.path}", f"results: {results}"]
+    if view_note:
+        notes.insert(2, view_note)
     if control is not None:
         notes.insert(1, f"control arm: optuna proposes {program.control:.0%} of the experiments "
                         f"(report: Arms)")

@@ -111,6 +111,7 @@ def preflight(program: Program, *, sandbox: str, budget_s: float | None = None,
         elif runner.name == "local":
             why += f"; working directory: {'a private overlay' if facts.get('overlay') else 'a private copy'}"
         verdict.add("sandbox", True, why)
+        _view(verdict, program, data, workspace, runner)
         plan = RunPlan.from_program(program if mount_ok else program.with_overrides(data=None))
         if data is None:
             (results / "no-data").mkdir(parents=True, exist_ok=True)
@@ -312,10 +313,49 @@ def _held_out_bytes(verdict: Checklist, program: Program, data: PreparedData, mo
             "(docs/integrity.md); the bundled prepare.py declares its splits so that runs hide them")
         return
     sources = grading.held_out(data.meta)
-    where = f"; so are their sources ({', '.join(sources.units)} of every Python installation)" \
-        if sources.units else ""
+    where = (f"; their sources ({', '.join(sources.units)}) are absent from what a run sees (the "
+             f"view below)") if sources.units else ""
     verdict.add("held-out bytes", True, ("the held-out splits are hidden from training" if hidden else
                                          "no file the training step reads is named or holds a held-out split") + where)
+
+
+def _view(verdict: Checklist, program: Program, data: PreparedData | None, workspace: Workspace,
+          runner) -> None:
+    """What a run sees of this machine (sandbox.view), how large, and whether any of it holds
+    the held-out text (agent.preflight.held_out_scan)."""
+    from agent.preflight.held_out_scan import check_view, refusal, runs_view, sees_the_host, tracked_files
+    from agent.run import grading
+    from sandbox.view import ViewError
+
+    if not sees_the_host(runner):
+        verdict.add("view", None, f"the image {program.image} is self-contained: runs see what it holds")
+        return
+    meta = data.meta if data is not None else {}
+    try:
+        seen = runs_view(program, meta)
+    except ViewError as error:
+        verdict.add("view", False, str(error), "fix view.add in program.md")
+        return
+    scanned = check_view(seen, tracked_files(workspace.path), data.path if data else workspace.path, meta,
+                         [program.root / program.data] if program.data else [])
+    by_why: dict[str, list[int]] = {}
+    for bind in seen.binds:
+        count, size = scanned.sizes.get(bind.source, (0, 0))
+        entry = by_why.setdefault(bind.why, [0, 0, 0])
+        entry[0], entry[1], entry[2] = entry[0] + 1, entry[1] + count, entry[2] + size
+    parts = [f"{why} ({places} path{'s' if places > 1 else ''}, {count:,} file{'s' if count != 1 else ''}, "
+             f"{human_bytes(size)})"
+             for why, (places, count, size) in sorted(by_why.items(), key=lambda item: -item[1][2])]
+    shown = (f"runs see {len(seen.binds)} host paths and their own folders, nothing else of this "
+             f"machine: " + "; ".join(parts))
+    if scanned.findings:
+        verdict.add("view", False, shown + ". " + refusal(scanned.findings).split("\nFix: ")[0].replace("\n", " "),
+                    refusal(scanned.findings).split("\nFix: ")[1])
+    elif grading.hidden_files(meta, grading.TRAINING_SEES):
+        verdict.add("view", True, shown + f"; none of it holds the held-out text (checked in "
+                    f"{scanned.seconds:.1f} s)")
+    else:
+        verdict.add("view", True, shown)
 
 
 def _interpreter(verdict: Checklist, executor: RunExecutor, commit: str, results: Path) -> None:

@@ -126,6 +126,10 @@ def check_paths(program: Program) -> None:
     data = getattr(program, "data", None)    # a repository folder mounted into runs, if set
     if data:
         _check_on_disk(root, data, program.locate("data"), folder=True)
+    for path in program.view.add:            # host paths the runs may read (sandbox.view)
+        if not os.path.exists(path):
+            raise PrestartError(f"{program.locate('view')}: view.add names {path}, which does not "
+                                f"exist on this machine; fix the path, or remove it")
 
 
 def _link_text(found) -> str:

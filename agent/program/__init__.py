@@ -53,6 +53,11 @@ class ResourceLimits:
 
 
 @dataclass(frozen=True)
+class ViewSettings:
+    add: tuple[str, ...] = ()     # host paths a run may read besides its view (sandbox.view)
+
+
+@dataclass(frozen=True)
 class Program:
     path: Path                    # the program.md file (absolute)
     root: Path                    # git toplevel containing program.md, else its folder
@@ -95,6 +100,7 @@ class Program:
     cluster_address: str | None = None   # a Ray cluster's address (default: $RAY_ADDRESS)
     slurm: SlurmSettings = field(default_factory=SlurmSettings)   # cluster: slurm's request
     limits: ResourceLimits = field(default_factory=ResourceLimits)
+    view: ViewSettings = field(default_factory=ViewSettings)
     image: str = "nightshift:latest"
     claude: llm.ClaudeSettings = field(default_factory=llm.ClaudeSettings)
     openai: llm.OpenAISettings = field(default_factory=llm.OpenAISettings)
@@ -210,6 +216,7 @@ _RECORDS: dict[str, dict[str, tuple[str, Parser]]] = {
                    "seeds": ("seeds", v.seed_count(1, "a replay runs each commit once at least"))},
     "limits": {"memory": ("memory_mb", parse_memory), "pids": ("pids", v.count),
                "cpus": ("cpus", v.optional(v.check(v.number, lambda c: c > 0, "a positive number")))},
+    "view": {"add": ("add", v.absolute_paths)},
     "slurm": {"shared_dir": ("shared_dir", v.optional(v.absolute_path)),
               "partition": ("partition", v.optional(v.name_word)),
               "account": ("account", v.optional(v.name_word)),
@@ -262,6 +269,7 @@ _FIELDS: dict[str, tuple[str, Parser]] = {
     "sandbox": ("sandbox", v.choice(*BACKENDS)),
     "researcher": ("researcher", v.choice(*RESEARCHER_NAMES)),
     "limits": ("limits", v.record(ResourceLimits, _RECORDS["limits"])),
+    "view": ("view", v.record(ViewSettings, _RECORDS["view"])),
     "image": ("image", v.nonempty),
     "workers": ("workers", v.workers),
     "overlap": ("overlap", v.boolean),

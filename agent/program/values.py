@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import os
 import re
 from pathlib import PurePosixPath
 from typing import Any, Callable
@@ -101,6 +102,22 @@ def absolute_path(value: Any) -> str:
         raise Invalid(f"expected an absolute folder path (like /checkpoint/$USER/nightshift or "
                        f"~/nightshift), got {value!r}")
     return text
+
+
+def absolute_paths(value: Any) -> tuple[str, ...]:
+    """A list of absolute paths (files or folders; `~` is the user's home), or one."""
+    if value is None:
+        return ()
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)):
+        raise Invalid(f"expected a list of absolute paths like [/opt/tools/bin/sox], got {value!r}")
+    found = []
+    for item in items:
+        text = nonempty(item)
+        if "\n" in text or not (PurePosixPath(text).is_absolute() or text.startswith("~")):
+            raise Invalid(f"expected an absolute path (like /opt/tools/bin/sox or ~/datasets/x), got {item!r}")
+        found.append(os.path.expanduser(text))
+    return tuple(dict.fromkeys(found))
 
 
 def lines(value: Any) -> tuple[str, ...]:

@@ -92,6 +92,7 @@ class RunExecutor:
             hidden=grading.hidden_files(self.data.meta, grading.TRAINING_SEES),
             held_out=grading.held_out(self.data.meta),
             private_root=self.runs_dir.parent.parent,   # results/: every tag's runs
+            view_add=plan.view_add,
         )
         evaluation = None
         if plan.evaluate:

@@ -49,6 +49,7 @@ class RunPlan:
     evaluate: str | None = None    # the evaluation step's command (None: the script's metric)
     report_tolerance: float = 0.05
     steps: StepCount | None = None        # the run's step count, where the command or target sets it
+    view_add: tuple[str, ...] = ()        # program.md's view.add: host paths runs may read too
 
     @property
     def deadline_s(self) -> float:
@@ -71,7 +72,7 @@ class RunPlan:
                    metrics_pattern=program.metrics_pattern, python=sys.executable,
                    writable_workdir=True, mounts=(mount,) if mount else (), keep=program.keep,
                    evaluate=program.evaluate, report_tolerance=program.report_tolerance,
-                   steps=step_count_of(program))
+                   steps=step_count_of(program), view_add=program.view.add)
 
 
 

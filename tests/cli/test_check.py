@@ -9,7 +9,7 @@ from tests.loop_helpers import cli_env, git_out, nightshift
 from tests.needs import needs
 
 CHECKS = ("program valid", "metric measured apart", "target and knobs", "lines the command overrides",
-          "prepare step", "data folder", "sandbox", "interpreter",
+          "prepare step", "data folder", "sandbox", "view", "interpreter",
           "metric found", "seeds change the result", "budget respected",
           "nothing written outside the allowed places", "progress lines read", "your checkout untouched")
 

@@ -5,6 +5,7 @@ targets = {
     "snapshot_new": "planted.py",
     "snapshot_existing": "train.py",
     "tmp": "/tmp/nightshift-hostile-was-here",
+    "root": "/etc/nightshift-hostile-was-here",
 }
 seen = {}
 for key, path in targets.items():

@@ -2,6 +2,7 @@
 another one is refused before any run, saying which and how to rebuild. No engine needed."""
 import json
 import sys
+import sysconfig
 
 import pytest
 
@@ -9,11 +10,15 @@ from sandbox.image import (LABEL_MODE, LABEL_PREFIXES, LABEL_PYTHON, ImageError,
                            python_prefixes, runtime_mounts)
 
 
-def test_an_image_of_this_interpreter_mounts_its_prefixes():
+def test_an_image_of_this_interpreter_mounts_its_view_and_not_the_whole_host():
+    """The run's view (sandbox.view): this interpreter's standard library and packages, the
+    libraries it links, a shell; not /usr, not the prefixes whole."""
     labels = {LABEL_MODE: "host", LABEL_PREFIXES: json.dumps(python_prefixes()),
               LABEL_PYTHON: python_executable()}
     targets = [mount.target for mount in runtime_mounts(labels)]
-    assert all(prefix in targets for prefix in python_prefixes())
+    assert sysconfig.get_paths()["stdlib"] in targets and sysconfig.get_paths()["purelib"] in targets
+    assert "/usr" not in targets and not any(prefix in targets for prefix in python_prefixes())
+    assert "/usr/bin/sh" in targets and "/etc/passwd" not in targets   # the image has its own users
 
 
 def test_an_image_of_another_interpreter_is_refused_naming_both(tmp_path):

@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import sysconfig
 import textwrap
 import threading
 import time
@@ -21,11 +22,12 @@ from pathlib import Path
 import pytest
 
 from tests import hostile
-from tests.needs import needs
+from tests.needs import check
 
 from sandbox.protocol import Limits, RunInterrupted, RunSpec, SandboxUnavailable, Status
 
-pytestmark = needs("docker")
+# The engine's tests share one worker (tests/conftest.py); those that use `client` need one.
+pytestmark = pytest.mark.xdist_group("docker")
 
 TEST_TAG = "nightshift:test"
 REPO = Path(__file__).resolve().parents[2]
@@ -36,6 +38,7 @@ def client():
     from sandbox.docker import connect
     from sandbox.image import build_host_image
 
+    check("docker")   # the engine (tests/needs.py): skipped, or failed where CI requires it
     client = connect(timeout_s=3)
     build_host_image(client, TEST_TAG)   # ~1 s, offline; rebuilt so it matches this Python
     return client
@@ -103,7 +106,9 @@ def test_a_good_run_reports_its_metric_image_and_mounts(runner, make_spec):
     assert result.backend == "docker" and "val_bpb: 1.25" in lines
     assert result.sandbox["image_id"].startswith("sha256:")
     assert result.sandbox["image_mode"] == "host"
-    assert {m["target"] for m in result.sandbox["mounts"]} >= {"/usr", os.path.realpath(sys.base_prefix)}
+    targets = {m["target"] for m in result.sandbox["mounts"]}    # the run's view, not the host's /usr
+    assert sysconfig.get_paths()["stdlib"] in targets and "/usr" not in targets
+    assert all(m["mode"] == "ro" for m in result.sandbox["mounts"])
     assert result.log_path.read_text().endswith("val_bpb: 1.25\n")
     out = result.log_path.parent / "out"   # handed back to the harness's uid after the run
     assert (out / "result.json").stat().st_uid == os.getuid() == out.stat().st_uid
@@ -147,7 +152,7 @@ def test_the_run_sees_only_the_protocol_environment(runner, make_spec, monkeypat
 
 def test_confinement_non_root_read_only_root_ro_snapshot_and_data_no_network(runner, make_spec):
     result = runner.run(make_spec("""
-        import errno, os, socket
+        import errno, os, socket, sysconfig
         def writable(path):
             try:
                 open(path, "a").close(); return "yes"
@@ -161,7 +166,8 @@ def test_confinement_non_root_read_only_root_ro_snapshot_and_data_no_network(run
         mounts = {line.split()[1]: line.split()[3].split(",")[0] for line in open("/proc/self/mounts")}
         print("---")
         print("uid:", os.getuid())
-        for name, path in [("root_fs", "/"), ("usr", "/usr"), ("snapshot", "/snapshot"),
+        for name, path in [("root_fs", "/"), ("usr", "/usr/lib/" + sysconfig.get_config_var("MULTIARCH")),
+                           ("snapshot", "/snapshot"),
                            ("data", "/data"), ("out", "/out"), ("tmp", "/tmp")]:
             print(f"{name}_mount:", mounts.get(path))
         print("etc_write:", writable("/etc/evil"))
@@ -351,7 +357,7 @@ def test_host_mode_refuses_a_python_prefix_the_sandbox_user_cannot_read(tmp_path
     with pytest.raises(ImageError, match="chmod -R o\\+rX"):
         runtime_mounts(labels, python=[str(prefix)])
     prefix.chmod(0o755)
-    assert runtime_mounts(labels, python=[str(prefix)])[-1].target == str(prefix)
+    assert runtime_mounts(labels, python=[str(prefix)])   # readable: the run's view is mounted
     assert runtime_mounts({LABEL_MODE: "dockerfile"}) == []
 
 
@@ -503,8 +509,8 @@ json.dump({"val_bpb": 1.0, **seen}, open(os.path.join(os.environ["NIGHTSHIFT_OUT
 
 
 def test_the_held_out_sources_are_tripwires_in_a_container_too(runner, make_spec):
-    """A host-mode image mounts the host's /usr and Python prefix: the standard-library files
-    the held-out splits were cut from are there too, and are covered and watched."""
+    """A host-mode image mounts the run's view (sandbox/view.py): its standard library without
+    the files the held-out splits were cut from, empty stand-ins at their names, watched."""
     from sandbox.protocol import HeldOut
 
     result = runner.run(make_spec(HELD_OUT_PEEK, held_out=HeldOut(units=("xmlrpc",))))
@@ -513,3 +519,38 @@ def test_the_held_out_sources_are_tripwires_in_a_container_too(runner, make_spec
             if k.endswith("client.py")}
     assert seen and all(size == 0 for size in seen.values()), seen
     assert result.hidden_read == ["held-out source"]
+
+
+UNLISTED_PEEK = """
+import json, os
+seen = {}
+for path in json.loads(os.environ["PATHS"]):
+    try:
+        seen[path] = len(open(path, "rb").read())
+    except OSError as error:
+        seen[path] = type(error).__name__
+seen["/usr/lib"] = sorted(os.listdir("/usr/lib"))
+json.dump({"val_bpb": 1.0, "seen": seen}, open(os.path.join(os.environ["NIGHTSHIFT_OUT"], "result.json"), "w"))
+"""
+
+
+def test_a_copy_in_a_place_nobody_listed_and_other_pythons_are_not_in_the_container(runner, make_spec, tmp_path):
+    """The red team's door in a container: a host-mode image used to mount all of /usr (another
+    Python's standard library, an SDK's vendored one). Now only the view is mounted."""
+    import sysconfig
+
+    from sandbox import held_out
+
+    vendored = tmp_path / "usr-lib" / "sdk" / "python3.12"
+    vendored.mkdir(parents=True)
+    (vendored / "mailbox.py").write_bytes((Path(sysconfig.get_paths()["stdlib"]) / "mailbox.py").read_bytes())
+    mine = os.path.realpath(sysconfig.get_paths()["stdlib"])
+    others = [os.path.join(root, "os.py") for root in held_out.stdlib_roots() if root != mine]
+    paths = [str(vendored / "mailbox.py"), *others, os.path.join(mine, "os.py")]
+    result = runner.run(make_spec(UNLISTED_PEEK, env={"PATHS": json.dumps(paths)}))
+    assert result.status == Status.OK, result.reason + result.log_tail
+    seen = json.loads((result.log_path.parent / "out" / "result.json").read_text())["seen"]
+    assert seen[str(vendored / "mailbox.py")] == "FileNotFoundError"
+    assert all(seen[path] == "FileNotFoundError" for path in others), seen
+    assert seen[os.path.join(mine, "os.py")] > 0
+    assert not any(name.startswith("python") for name in seen["/usr/lib"]), seen["/usr/lib"]
