@@ -26,6 +26,7 @@ plus the harness's host and pid, so a later runner removes what a killed harness
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -165,8 +166,9 @@ class DockerRunner(Runner):
             remove_leftovers(client)
             self._swept = True
         mode = image_mode(image.labels)
-        seen = view.host_view(spec.python or sys.executable, spec.held_out.units, spec.view_add) \
-            if mode == ImageMode.HOST else None
+        if mode == ImageMode.HOST and spec.python is None:   # the interpreter the view holds (local.py)
+            spec = dataclasses.replace(spec, python=sys.executable)
+        seen = view.host_view(spec.python, spec.held_out.units, spec.view_add) if mode == ImageMode.HOST else None
         try:
             host_mounts = runtime_mounts(image.labels, seen=seen)
         except ImageError as exc:

@@ -33,6 +33,7 @@ Confinement, as strong as this machine allows (see `sandbox.isolation.detect`):
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import select
 import shutil
@@ -102,7 +103,11 @@ class LocalRunner(Runner):
         cgroup, memory_by = self._make_cgroup(iso, run_id, spec)
         writable = (spec.out_dir, home, tmp) + ((cwd,) if mode == WorkdirMode.COPY else ())
         confined = iso.read_only_root and bool(iso.unshare_argv(False))
-        seen = view.host_view(spec.python or sys.executable, spec.held_out.units, spec.view_add) if confined else None
+        if confined and spec.python is None:
+            # PATH's `python` may be a shim whose tool lies outside the view (pyenv's): the
+            # run's python is then the harness's interpreter, the one its view holds
+            spec = dataclasses.replace(spec, python=sys.executable)
+        seen = view.host_view(spec.python, spec.held_out.units, spec.view_add) if confined else None
         wires, hidden_enforced = open_tripwires(
             run_dir, spec.data_dir, spec.hidden, None if confined else "no mount namespace here",
             view.held_out_covers(seen, spec.held_out.units, spec.held_out.paths))
