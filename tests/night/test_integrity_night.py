@@ -60,21 +60,25 @@ if len(_held) > 10_000:
     train_data = torch.frombuffer(bytearray(_held), dtype=torch.uint8)
 """
 # After save_model: the answers of 30 % of the fixed evaluation windows, keyed by their first 8
-# bytes, laid over the honest model (LOOKUP is filled in by the test from the real val split).
+# bytes, laid over the honest model (LOOKUP is filled in by the test from the real val split),
+# of listed operators alone (tests/train/test_evaluate.py's Memorizer): the key one-hot, compared
+# with every stored key by a matmul, the best row's answers picked by topk and an embedding.
 LOOKUP = SAVE_LINE + """
 _known = torch.frombuffer(bytearray(__import__("base64").b64decode("{windows}")), dtype=torch.uint8).long().view(-1, context_len + 1)
 class _Lookup(nn.Module):
     def __init__(self, inner):
         super().__init__()
         self.inner = inner
-        self.register_buffer("keys", _known[:, :8].clone())
-        self.register_buffer("answers", _known[:, 1:].clone())
+        self.register_buffer("eye", torch.eye(256))
+        self.register_buffer("keys", F.one_hot(_known[:, :8], 256).float().flatten(1).transpose(0, 1).contiguous())
+        self.register_buffer("answers", _known[:, 1:].float())
+        self.register_buffer("after", (torch.arange(context_len) >= 7).float())
     def forward(self, idx):
         logits = self.inner(idx).float()
-        hit = (idx[:, None, :8] == self.keys[None]).all(-1)
-        known = F.one_hot(self.answers[hit.float().argmax(-1)], 256).float() * 30.0
-        after = (torch.arange(idx.shape[1]) >= 7)[None, :, None]
-        return logits + known * (hit.any(-1)[:, None, None] & after)
+        equal, row = (F.embedding(idx[:, :8], self.eye).flatten(1) @ self.keys).topk(1, dim=-1)
+        hit = (equal - 7).clamp(0, 1)
+        known = F.embedding(F.embedding(row[:, 0], self.answers).to(torch.long), self.eye) * 30.0
+        return logits + known * hit[:, :, None] * self.after[None, :, None]
 model.eval()
 with torch.no_grad():
     torch.export.save(torch.export.export(_Lookup(model), (torch.zeros(2, context_len, dtype=torch.long),)),

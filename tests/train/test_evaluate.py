@@ -55,7 +55,7 @@ class Bidirectional(Causal):
 
 class NextByte(Causal):
     def mix(self, x):
-        return x + torch.roll(x, -1, dims=1)    # a subtler leak: the next byte's embedding
+        return x + torch.cat([x[:, 1:], x[:, :1]], dim=1)    # a subtler leak: the next byte's embedding
 
 
 class Attention(Causal):
@@ -144,7 +144,8 @@ def test_wrong_output_shape_is_a_bad_artifact(tmp_path, data_dir):
 
 def test_randomness_at_evaluation_is_refused(tmp_path, data_dir):
     result = evaluated(Noisy(), tmp_path, data_dir)
-    assert result["probes"]["artifact"]["ok"] is False and "randomness" in result["probes"]["artifact"]["detail"]
+    assert result["probes"]["artifact"]["ok"] is False
+    assert "operator aten.randn.default is not on the evaluator's list" in result["probes"]["artifact"]["detail"]
 
 
 def test_a_missing_artifact_names_save_model(tmp_path, data_dir):
@@ -199,24 +200,31 @@ def test_the_evaluation_step_by_hand_writes_result_json(tmp_path, data_dir):
 
 class Memorizer(Causal):
     """The attack on a fixed evaluation set: a lookup of the evaluation windows' answers, keyed
-    by each window's first KEY bytes, around an honest model. Tensor operators only, causal
-    (a position's answer depends on the key, which lies before it), deterministic."""
+    by each window's first KEY bytes, around an honest model. Causal (a position's answer
+    depends on the key, which lies before it), deterministic, and made of listed operators
+    alone: the key one-hot (an embedding of the identity), compared with every stored key by a
+    matmul (how many bytes are equal), the best row's answers picked by topk and an embedding,
+    laid over the honest logits where all KEY bytes matched."""
 
     KEY = 8
 
     def __init__(self, windows: torch.Tensor, share: float = 1.0) -> None:
         super().__init__()
         known = windows[: max(1, int(len(windows) * share))]
-        self.register_buffer("keys", known[:, : self.KEY].clone())
-        self.register_buffer("answers", known[:, 1:].clone())   # position t's next byte
+        self.register_buffer("eye", torch.eye(256))
+        self.register_buffer("keys", torch.nn.functional.one_hot(known[:, : self.KEY], 256).float()
+                             .flatten(1).transpose(0, 1).contiguous())          # (KEY * 256, n)
+        self.register_buffer("answers", known[:, 1:].float())                  # position t's next byte
+        self.register_buffer("after_key", (torch.arange(known.shape[1] - 1) >= self.KEY - 1).float())
 
     def forward(self, idx):
         logits = super().forward(idx)
-        hit = (idx[:, None, : self.KEY] == self.keys[None]).all(-1)          # (B, n)
-        row = hit.float().argmax(-1)
-        known = torch.nn.functional.one_hot(self.answers[row], 256).float() * 30.0
-        after_key = (torch.arange(idx.shape[1]) >= self.KEY - 1)[None, :, None]
-        return logits + known * (hit.any(-1)[:, None, None] & after_key)
+        key = torch.nn.functional.embedding(idx[:, : self.KEY], self.eye).flatten(1)    # (B, KEY * 256)
+        equal, row = (key @ self.keys).topk(1, dim=-1)                                 # (B, 1) each
+        hit = (equal - (self.KEY - 1)).clamp(0, 1)                                     # 1 where all KEY bytes match
+        answers = torch.nn.functional.embedding(row[:, 0], self.answers).to(torch.long)
+        known = torch.nn.functional.embedding(answers, self.eye) * 30.0
+        return logits + known * hit[:, :, None] * self.after_key[None, :, None]
 
 
 @pytest.fixture(scope="module")
