@@ -12,10 +12,11 @@ Two halves, one per side of the fence:
 - `main()` is the evaluation step, run by the harness after training in a sandbox of its own
   (its own process and deadline; it sees the protected files, the training step's out
   folder read-only, and the data folder with the evaluation split; never train.py). The
-  artifact is hostile input: artifact.py validates it against a strict schema, graph.py runs
-  its graph with an interpreter of our own (torch's loader never reads it), guard.py refuses
-  any code the read or the model would run; then it probes
-  the model, scores it, and writes `$NIGHTSHIFT_OUT/result.json`:
+  artifact is hostile input: it is read and run in a process apart (model_process.py), where
+  artifact.py validates it against a strict schema, graph.py runs its graph with an
+  interpreter of our own (torch's loader never reads it) and guard.py refuses any code the
+  read or the model would run; this process sends it windows and receives logits, probes the
+  model, scores it, and writes `$NIGHTSHIFT_OUT/result.json`:
 
   val_bpb             bits per byte on the fixed windows of the split (`windows()`): the metric
   train_bpb           the same on a fixed sample of the training split, and
@@ -46,15 +47,14 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
 
-import artifact
-from schema import Rejected
-from graph import Model
-from guard import Guard
+from model_process import GuardRefusal, Loaded, ModelProcess
 from prepare import EVAL_BYTES, load_split, prepare
+from schema import Rejected
 
 ARTIFACT = "model.pt2"
 VOCAB = 256                      # byte-level: logits over 256 values
@@ -65,6 +65,7 @@ LOOKAHEAD_TOLERANCE = 1e-3       # nats: a causal model's prefix log-probs move 
 # Windows per call when the graph takes any batch size: on CPU small batches stay in cache
 # (2016 windows of 64 bytes: 0.91 s at 32, 1.00 s at 64, 1.28 s at 256, measured on 2 cores).
 SCORING_BATCH = {"cpu": 32}
+DEADLINE_MARGIN_S = 5.0          # left of the step's deadline to end a hung model and write the result
 # Memorization: the fixed windows scored again at fresh offsets (the same text, another cut).
 # For an honest model the fresh cut is as often better as worse (both are arbitrary places in
 # the text); one that has stored the fixed windows, or their answers keyed by their prefixes,
@@ -144,17 +145,13 @@ def _cut(data: torch.Tensor, starts: torch.Tensor, span: int) -> torch.Tensor:
 
 
 class Scorer:
-    """Calls the graph on batches of windows it accepts (any size, or the one it was made for)."""
+    """Calls the model on batches of windows it accepts (any size, or the one it was made for)."""
 
-    def __init__(self, model: Model) -> None:
+    def __init__(self, model: Callable[[torch.Tensor], torch.Tensor], shape: Loaded) -> None:
         self.module = model
-        shape = model.window_shape
-        if shape is None:
-            raise Rejected("the model must take one int64 tensor of byte windows (B, T); it takes "
-                           f"{_describe_input(model)}")
-        self.batch, self.context_len = shape
-        self.most = model.max_batch   # a free batch size the export bounded
-        self.device = model.device
+        self.batch, self.context_len = shape.batch, shape.context_len
+        self.most = shape.max_batch   # a free batch size the export bounded
+        self.device = shape.device
 
     @torch.no_grad()
     def logits(self, x: torch.Tensor) -> torch.Tensor:
@@ -164,7 +161,7 @@ class Scorer:
         filler dropped), in storage of their own. A view of the caller's tensor would tell the
         model where it was called from (a scored batch's rows are T + 1 bytes apart, a probe's
         T) and let it read each window's target byte beyond its end."""
-        step = self.batch or min(SCORING_BATCH.get(self.device.type, 512), self.most or 1 << 30)
+        step = self.batch or min(SCORING_BATCH.get(self.device, 512), self.most or 1 << 30)
         parts = []
         for i in range(0, len(x), step):
             chunk = x[i:i + step]
@@ -172,7 +169,7 @@ class Scorer:
             if pad:
                 chunk = torch.cat([chunk, chunk[:1].expand(pad, -1)])
             try:
-                out = self.module(chunk.clone(memory_format=torch.contiguous_format).to(self.device))
+                out = self.module(chunk.clone(memory_format=torch.contiguous_format))
                 if not isinstance(out, torch.Tensor) or tuple(out.shape) != (step, self.context_len, VOCAB):
                     shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
                     raise Rejected(f"the model returned {shape}, expected logits of shape (B, T, 256) = "
@@ -225,9 +222,11 @@ def causality(scorer: Scorer, val: torch.Tensor, seed: int) -> dict:
     return {"ok": True, "detail": detail}
 
 
-def load_model(path: Path) -> Model:
-    """The artifact at `path`, validated and bound under the guard, or Rejected (by hand and
-    in tests; `evaluate` keeps the guard armed while it scores too)."""
+def load_model(path: Path):
+    """The artifact at `path` as a graph.Model in this process, validated and bound under the
+    guard, or Rejected (by hand and in tests; `evaluate` runs the model in a process apart)."""
+    import artifact
+    from guard import Guard
     with Guard(readable=[Path(path)]):
         return artifact.read(Path(path))
 
@@ -280,29 +279,26 @@ def signed_rank_test(difference: torch.Tensor) -> float:
     return 0.5 * math.erfc(z / math.sqrt(2))
 
 
-def evaluate(artifact_path: Path, data_dir: Path, split: str, seed: int) -> dict:
+def evaluate(artifact_path: Path, data_dir: Path, split: str, seed: int, *,
+             model: ModelProcess | None = None) -> dict:
     """The evaluation's result.json (probes, and the figures when every probe passed).
 
-    The splits are read before the guard is armed; from the artifact's read to the last score,
-    guard.Guard refuses any code the artifact would bring. A refusal is the probe
-    "guard"; a model that fails once its shape has passed fails "scoring", so a probe that
-    passed is never recorded as failed."""
+    The model runs in `model`, a process apart (by default one forked here); it reads the
+    artifact under the guard, and this process sends it windows and scores what comes back. A
+    refusal by the guard is the probe "guard"; a model process that crashes, hangs past the
+    deadline or fails is the probe of the stage it was in, and a model that fails once its
+    shape has passed fails "scoring", so a probe that passed is never recorded as failed."""
     t0 = time.time()
     probes: dict[str, dict] = {}
     result = {"split": split, "probes": probes, "probe_seed": seed}
-    held_out, train = load_split(data_dir, split), load_split(data_dir, "train")
     stage = "artifact"
-    deterministic = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
-    # Uninitialized memory (aten.empty) comes back filled, not with an earlier call's bytes. The
-    # C switch itself: torch.use_deterministic_algorithms also imports torch._inductor (3.3 s
-    # of every evaluation step) to mirror the flag in a compiler the evaluator never runs.
-    torch._C._set_deterministic_algorithms(True, warn_only=True)
-    try:
-        with Guard(readable=[artifact_path]) as guard:
-            model = artifact.read(artifact_path)
-            scorer = Scorer(model)
+    with model or ModelProcess.fork() as process:
+        held_out, train = load_split(data_dir, split), load_split(data_dir, "train")   # here, never there
+        try:
+            scorer = Scorer(process, process.load(artifact_path))
             probes["artifact"] = {"ok": True, "detail": f"{artifact_path.name}: an exported graph taking "
-                                  f"(B, {scorer.context_len}) bytes, validated and bound: operators only"}
+                                  f"(B, {scorer.context_len}) bytes, validated and bound: operators only, "
+                                  f"run in a process apart"}
             stage = "shape"
             val = windows(held_out, scorer.context_len)
             if not torch.isfinite(scorer.logits(val[:2, :-1])).all():
@@ -319,13 +315,10 @@ def evaluate(artifact_path: Path, data_dir: Path, split: str, seed: int) -> dict
             if not probes["memorization"]["ok"]:
                 return result
             train_bpb, _ = scorer.bits_per_byte(windows(train, scorer.context_len, TRAIN_SAMPLE_BYTES))
-    except Exception as error:   # Rejected, or what a hostile archive makes the reading raise
-        refused = guard.refusals if "guard" in locals() else []
-        detail = str(error) if isinstance(error, Rejected) else f"{type(error).__name__}: {_short(error)}"
-        probes["guard" if refused else stage] = {"ok": False, "detail": detail}
-        return result
-    finally:
-        torch._C._set_deterministic_algorithms(deterministic[0], warn_only=deterministic[1])
+        except Exception as error:   # Rejected from the model process, or what scoring its logits raised
+            detail = str(error) if isinstance(error, Rejected) else f"{type(error).__name__}: {_short(error)}"
+            probes["guard" if isinstance(error, GuardRefusal) else stage] = {"ok": False, "detail": detail}
+            return result
     picks = torch.linspace(0, len(per_window) - 1, min(FINGERPRINT_WINDOWS, len(per_window))).long()
     result.update(val_bpb=val_bpb, train_bpb=train_bpb, generalization_gap=val_bpb - train_bpb,
                   fingerprint=[round(float(v), 5) for v in per_window[picks]],
@@ -334,13 +327,21 @@ def evaluate(artifact_path: Path, data_dir: Path, split: str, seed: int) -> dict
 
 
 def main() -> int:
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    # The step's deadline is its budget (the harness gives the evaluation budget + grace, no
+    # grace of its own); a model that has not answered by then, less a margin, is ended.
+    budget = os.environ.get("NIGHTSHIFT_BUDGET_S")
+    deadline = time.monotonic() + float(budget) - DEADLINE_MARGIN_S if budget else None
+    # First, before anything here computes: a process whose OpenMP threads have run cannot
+    # fork a child that uses them (model_process.py), and nothing of the data is read yet.
+    model = ModelProcess.fork(threads=cores, deadline=deadline)
     out = Path(os.environ.get("NIGHTSHIFT_OUT", "out-eval"))
     train_out = Path(os.environ.get("NIGHTSHIFT_TRAIN_OUT", "out"))
     split = os.environ.get("NIGHTSHIFT_SPLIT", "val")
     data_dir = Path(os.environ.get("NIGHTSHIFT_DATA") or prepare())
-    torch.set_num_threads(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count())
+    torch.set_num_threads(cores)
     seed = int.from_bytes(os.urandom(4), "little")
-    result = evaluate(train_out / ARTIFACT, data_dir, split, seed)
+    result = evaluate(train_out / ARTIFACT, data_dir, split, seed, model=model)
     out.mkdir(parents=True, exist_ok=True)
     (out / "result.json.tmp").write_text(json.dumps(result, indent=2))
     os.replace(out / "result.json.tmp", out / "result.json")
@@ -351,12 +352,6 @@ def main() -> int:
         if key in result:
             print(f"{key + ':':<20}{result[key]:.6g}")
     return 0
-
-
-def _describe_input(model: Model) -> str:
-    meta = model.input_meta
-    sizes = [next(iter(size.values())) if "as_int" in size else "B" for size in meta["sizes"]]
-    return f"a tensor of dtype {meta['dtype']} and shape {tuple(sizes)}"
 
 
 def _short(error: BaseException, limit: int = 300) -> str:

@@ -158,14 +158,11 @@ def test_every_call_gets_windows_in_storage_of_their_own(data_dir):
     the model read each window's target byte)."""
     seen = []
 
-    class Recorder:
-        window_shape, max_batch, device = (None, T), None, torch.device("cpu")
+    def recorder(x):
+        seen.append((tuple(x.shape), x.stride(), x.storage_offset(), x.untyped_storage().nbytes()))
+        return torch.zeros(*x.shape, 256)
 
-        def __call__(self, x):
-            seen.append((tuple(x.shape), x.stride(), x.storage_offset(), x.untyped_storage().nbytes()))
-            return torch.zeros(*x.shape, 256)
-
-    scorer = evaluate.Scorer(Recorder())
+    scorer = evaluate.Scorer(recorder, evaluate.Loaded(batch=None, context_len=T, max_batch=None, device="cpu"))
     val = evaluate.windows(prepare.load_split(data_dir, "val"), T)
     scorer.bits_per_byte(val[:70])
     evaluate.causality(scorer, val, seed=3)
