@@ -18,16 +18,18 @@ Two halves, one per side of the fence:
   read or the model would run; this process sends it windows and receives logits, probes the
   model, scores it, and writes `$NIGHTSHIFT_OUT/result.json`:
 
-  val_bpb             bits per byte on the fixed windows of the split (`windows()`): the metric
-  train_bpb           the same on a fixed sample of the training split, and
+  val_bpb             bits per byte on windows of the split drawn from a secret (`Draw`: the
+                      night's secret and the run's seed; never a public rule): the metric
+  train_bpb           the same on a sample of the training split drawn the same way, and
   generalization_gap  val_bpb - train_bpb: a model that has seen the evaluation bytes closes
                       this gap far more than any honest change can (the harness compares it
                       with the incumbent's; docs/integrity.md)
   probes              {"artifact", "shape", "causality", "memorization"}: each {"ok": bool,
                       "detail": str}; a failure while scoring is "scoring", a refusal "guard"
-  memorization_gain   how much better the fixed windows score than the same text at fresh
+  memorization_gain   how much better the scored windows score than the same text at fresh
   memorization_p      offsets, and how likely an honest model leans that far (the probe)
-  fingerprint         per-window bits per byte on 128 fixed windows: two seeds of one commit
+  fingerprint         per-window bits per byte on 128 windows drawn from the secret alone (the
+                      same for every seed of the night): two seeds of one commit
                       give different models, so near-identical fingerprints mean the script
                       ignores its seed (the harness compares them with the incumbent's)
 
@@ -38,6 +40,7 @@ could judge the model.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import math
 import os
@@ -46,6 +49,7 @@ import os
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -61,15 +65,16 @@ VOCAB = 256                      # byte-level: logits over 256 values
 TRAIN_SAMPLE_BYTES = EVAL_BYTES // 8   # the training split's sample for the generalization gap
 PROBE_WINDOWS = 256              # windows whose suffix is changed for the causality probe
 FINGERPRINT_WINDOWS = 128
+SECRET_VARIABLE = "NIGHTSHIFT_EVAL_SECRET"   # hex; set by the harness for the evaluation step alone
 LOOKAHEAD_TOLERANCE = 1e-3       # nats: a causal model's prefix log-probs move by ~0 (measured 0.0)
 # Windows per call when the graph takes any batch size: on CPU small batches stay in cache
 # (2016 windows of 64 bytes: 0.91 s at 32, 1.00 s at 64, 1.28 s at 256, measured on 2 cores).
 SCORING_BATCH = {"cpu": 32}
 DEADLINE_MARGIN_S = 5.0          # left of the step's deadline to end a hung model and write the result
-# Memorization: the fixed windows scored again at fresh offsets (the same text, another cut).
+# Memorization: the scored windows scored again at fresh offsets (the same text, another cut).
 # For an honest model the fresh cut is as often better as worse (both are arbitrary places in
-# the text); one that has stored the fixed windows, or their answers keyed by their prefixes,
-# scores the fixed ones better on every window it stored, by far. Flagged when the differences
+# the text); one that has stored the scored windows (were the secret known), or their answers
+# keyed by their prefixes, scores those better on every window it stored, by far. Flagged when the differences
 # lean to "fresh is worse" so far that an honest model would do it with probability under
 # MEMORIZATION_P (Wilcoxon's signed-rank test: the windows whose two cuts differ most count
 # most, and no assumption is made on how far apart they score), and by MEMORIZATION_TOLERANCE
@@ -122,27 +127,66 @@ def save_model(model: torch.nn.Module, context_len: int, out_dir: str | os.PathL
     return out / ARTIFACT
 
 
-# ---------------------------------------------------------------- scoring
+# ---------------------------------------------------------------- where the windows lie
 
-def window_starts(length: int, context_len: int, budget: int = EVAL_BYTES) -> torch.Tensor:
-    """Where the fixed evaluation windows start: n = min(budget, length) // (context_len + 1)
-    of them, evenly spaced over the whole split (first at the start, last at the end)."""
+@dataclass(frozen=True)
+class Draw:
+    """Where the windows the evaluator scores lie: a function of the night's secret and the
+    run's seed, never a public rule. A model that stored the windows a fixed rule picks (or the
+    gap's training sample, to set its generalization gap where it likes) would know what is
+    scored; none can know or learn these. The harness draws the secret once per tag, keeps it
+    where no run can read it, and hands it to the evaluation step alone (NIGHTSHIFT_EVAL_SECRET:
+    agent/run/grading.py). A candidate and its incumbent on the same seed are scored on the
+    same windows, so their paired difference keeps its low noise; the fingerprint's windows
+    depend on the secret alone, so two seeds' fingerprints compare the same windows."""
+
+    secret: bytes
+    seed: int                    # the run's seed (NIGHTSHIFT_SEED)
+    given: bool = True           # False: fresh randomness (by hand, no secret given)
+
+    @classmethod
+    def from_environment(cls, environ: dict) -> "Draw":
+        text = environ.get(SECRET_VARIABLE, "")
+        seed = int(environ.get("NIGHTSHIFT_SEED") or 0)
+        if text:
+            return cls(bytes.fromhex(text) if _is_hex(text) else text.encode(), seed)
+        return cls(os.urandom(32), seed, given=False)
+
+    def generator(self, purpose: str, per_seed: bool = True) -> torch.Generator:
+        """A generator of its own for each purpose ("val", "train", "fingerprint")."""
+        material = self.secret + purpose.encode() + (self.seed.to_bytes(16, "little", signed=True) if per_seed else b"")
+        return torch.Generator().manual_seed(int.from_bytes(hashlib.sha256(material).digest()[:8], "little"))
+
+
+def window_starts(length: int, context_len: int, budget: int, rng: torch.Generator) -> torch.Tensor:
+    """Where the windows start: n = min(budget, length) // (context_len + 1) of them, one in each
+    of n equal strata of the split, at an offset inside its stratum drawn from `rng`. Stratified,
+    so the whole split stays covered and the score's variance stays that of evenly spaced
+    windows; never overlapping. A split shorter than the budget is tiled: every byte scored."""
     span = context_len + 1
     n = min(budget, length) // span
     if n == 0:
         raise ValueError(f"the split has {length} bytes, fewer than context_len+1={span}")
-    return torch.arange(n) * (length - span) // max(n - 1, 1)
+    edges = torch.arange(n + 1) * length // n        # stratum i is [edges[i], edges[i + 1]), >= span bytes
+    room = edges[1:] - edges[:-1] - span + 1          # where a window may start inside its stratum
+    return edges[:-1] + (torch.rand(n, generator=rng, dtype=torch.float64) * room).long()
 
 
-def windows(data: torch.Tensor, context_len: int, budget: int = EVAL_BYTES) -> torch.Tensor:
-    """The fixed evaluation set: the windows of context_len + 1 bytes at `window_starts`,
-    non-overlapping. Every target position of every window is scored."""
-    return _cut(data, window_starts(len(data), context_len, budget), context_len + 1)
+def windows(data: torch.Tensor, context_len: int, budget: int, rng: torch.Generator) -> torch.Tensor:
+    """The windows of context_len + 1 bytes at `window_starts`. Every target position of every
+    window is scored."""
+    return _cut(data, window_starts(len(data), context_len, budget, rng), context_len + 1)
 
 
 def _cut(data: torch.Tensor, starts: torch.Tensor, span: int) -> torch.Tensor:
     return data[starts[:, None] + torch.arange(span)].long()
 
+
+def _is_hex(text: str) -> bool:
+    return len(text) % 2 == 0 and all(c in "0123456789abcdefABCDEF" for c in text)
+
+
+# ---------------------------------------------------------------- scoring
 
 class Scorer:
     """Calls the model on batches of windows it accepts (any size, or the one it was made for)."""
@@ -231,14 +275,15 @@ def load_model(path: Path):
         return artifact.read(Path(path))
 
 
-def memorization(scorer: Scorer, data: torch.Tensor, per_window: torch.Tensor, seed: int) -> dict:
-    """Some of the fixed windows again, each moved by a fresh random offset (1 to context_len
-    bytes): mostly the same text, cut elsewhere. An honest model scores them like the fixed
-    ones; a model fitted to the fixed windows (a lookup of their answers, keyed by their
-    prefixes) scores the fixed ones far better. The offsets are fresh each evaluation, so the
-    model cannot know them. Paired per window, so the check needs no incumbent."""
+def memorization(scorer: Scorer, data: torch.Tensor, starts: torch.Tensor, per_window: torch.Tensor,
+                 seed: int) -> dict:
+    """Some of the scored windows (at `starts`, scored `per_window`) again, each moved by a fresh
+    random offset (1 to context_len bytes): mostly the same text, cut elsewhere. An honest model
+    scores them like the scored ones; a model fitted to the scored windows (a lookup of their
+    answers, keyed by their prefixes: were the secret known) scores those far better. The
+    offsets are fresh each evaluation, so the model cannot know them. Paired per window, so the
+    check needs no incumbent."""
     span = scorer.context_len + 1
-    starts = window_starts(len(data), scorer.context_len)
     rng = torch.Generator().manual_seed(seed ^ 0x5EED)
     count = min(MEMORIZATION_WINDOWS, len(starts))
     picked = torch.randperm(len(starts), generator=rng)[:count]
@@ -254,8 +299,8 @@ def memorization(scorer: Scorer, data: torch.Tensor, per_window: torch.Tensor, s
               f"an honest model leans that far with probability {chance:.1g}")
     figures = {"mean": round(mean, 5), "p": chance, "worse": worse, "better": better}
     if mean > MEMORIZATION_TOLERANCE and chance < MEMORIZATION_P:
-        return {"ok": False, "detail": f"{detail}: the model knows the fixed evaluation windows, not the "
-                f"text (flagged past {MEMORIZATION_TOLERANCE} bits per byte and probability {MEMORIZATION_P:g})",
+        return {"ok": False, "detail": f"{detail}: the model knows the scored windows, not the text "
+                f"(flagged past {MEMORIZATION_TOLERANCE} bits per byte and probability {MEMORIZATION_P:g})",
                 **figures}
     return {"ok": True, "detail": detail, **figures}
 
@@ -279,18 +324,22 @@ def signed_rank_test(difference: torch.Tensor) -> float:
     return 0.5 * math.erfc(z / math.sqrt(2))
 
 
-def evaluate(artifact_path: Path, data_dir: Path, split: str, seed: int, *,
+def evaluate(artifact_path: Path, data_dir: Path, split: str, seed: int, *, draw: Draw | None = None,
              model: ModelProcess | None = None) -> dict:
     """The evaluation's result.json (probes, and the figures when every probe passed).
 
-    The model runs in `model`, a process apart (by default one forked here); it reads the
-    artifact under the guard, and this process sends it windows and scores what comes back. A
-    refusal by the guard is the probe "guard"; a model process that crashes, hangs past the
-    deadline or fails is the probe of the stage it was in, and a model that fails once its
-    shape has passed fails "scoring", so a probe that passed is never recorded as failed."""
+    `draw` says where the scored windows lie (default: fresh randomness); `seed` seeds the
+    probes' own randomness (fresh each evaluation). The model runs in `model`, a process apart
+    (by default one forked here); it reads the artifact under the guard, and this process sends
+    it windows and scores what comes back. A refusal by the guard is the probe "guard"; a model
+    process that crashes, hangs past the deadline or fails is the probe of the stage it was in,
+    and a model that fails once its shape has passed fails "scoring", so a probe that passed is
+    never recorded as failed. Nothing of the draw is written: no secret, no window's place."""
     t0 = time.time()
+    draw = draw or Draw.from_environment({})
     probes: dict[str, dict] = {}
-    result = {"split": split, "probes": probes, "probe_seed": seed}
+    result = {"split": split, "probes": probes, "probe_seed": seed,
+              "windows_drawn": "from the secret and the run's seed" if draw.given else "fresh (no secret given)"}
     stage = "artifact"
     with model or ModelProcess.fork() as process:
         held_out, train = load_split(data_dir, split), load_split(data_dir, "train")   # here, never there
@@ -300,28 +349,31 @@ def evaluate(artifact_path: Path, data_dir: Path, split: str, seed: int, *,
                                   f"(B, {scorer.context_len}) bytes, validated and bound: operators only, "
                                   f"run in a process apart"}
             stage = "shape"
-            val = windows(held_out, scorer.context_len)
+            T, span = scorer.context_len, scorer.context_len + 1
+            starts = window_starts(len(held_out), T, EVAL_BYTES, draw.generator("val"))
+            val = _cut(held_out, starts, span)
             if not torch.isfinite(scorer.logits(val[:2, :-1])).all():
                 raise Rejected("the model's logits are not finite")
-            probes["shape"] = {"ok": True, "detail": f"logits (B, {scorer.context_len}, {VOCAB}), finite"}
+            probes["shape"] = {"ok": True, "detail": f"logits (B, {T}, {VOCAB}), finite"}
             stage = "scoring"
             probes["causality"] = causality(scorer, val, seed)
             if not probes["causality"]["ok"]:
                 return result
             val_bpb, per_window = scorer.bits_per_byte(val)
-            probes["memorization"] = memorization(scorer, held_out, per_window, seed)
+            probes["memorization"] = memorization(scorer, held_out, starts, per_window, seed)
             result.update(memorization_gain=probes["memorization"]["mean"],
                           memorization_p=probes["memorization"]["p"])
             if not probes["memorization"]["ok"]:
                 return result
-            train_bpb, _ = scorer.bits_per_byte(windows(train, scorer.context_len, TRAIN_SAMPLE_BYTES))
+            train_bpb, _ = scorer.bits_per_byte(windows(train, T, TRAIN_SAMPLE_BYTES, draw.generator("train")))
+            _, fingerprint = scorer.bits_per_byte(windows(held_out, T, FINGERPRINT_WINDOWS * span,
+                                                          draw.generator("fingerprint", per_seed=False)))
         except Exception as error:   # Rejected from the model process, or what scoring its logits raised
             detail = str(error) if isinstance(error, Rejected) else f"{type(error).__name__}: {_short(error)}"
             probes["guard" if isinstance(error, GuardRefusal) else stage] = {"ok": False, "detail": detail}
             return result
-    picks = torch.linspace(0, len(per_window) - 1, min(FINGERPRINT_WINDOWS, len(per_window))).long()
     result.update(val_bpb=val_bpb, train_bpb=train_bpb, generalization_gap=val_bpb - train_bpb,
-                  fingerprint=[round(float(v), 5) for v in per_window[picks]],
+                  fingerprint=[round(float(v), 5) for v in fingerprint],
                   context_len=scorer.context_len, windows=len(val), eval_seconds=time.time() - t0)
     return result
 
@@ -341,7 +393,8 @@ def main() -> int:
     data_dir = Path(os.environ.get("NIGHTSHIFT_DATA") or prepare())
     torch.set_num_threads(cores)
     seed = int.from_bytes(os.urandom(4), "little")
-    result = evaluate(train_out / ARTIFACT, data_dir, split, seed, model=model)
+    result = evaluate(train_out / ARTIFACT, data_dir, split, seed, draw=Draw.from_environment(os.environ),
+                      model=model)
     out.mkdir(parents=True, exist_ok=True)
     (out / "result.json.tmp").write_text(json.dumps(result, indent=2))
     os.replace(out / "result.json.tmp", out / "result.json")

@@ -49,6 +49,8 @@ class RunExecutor:
         self._data_seen = {m.path: folder_facts(m.source) for m in plan.mounts}
         self.data_hash = data.corpus_hash or _mounts_hash(plan.mounts)   # what every run's data was
         self._diffs: dict[str, tuple[str | None, str]] = {}   # commit -> (parent, diff): once each
+        self.results_dir = results_dir
+        self._secret: str | None = None   # where the evaluator's windows lie: read or drawn at the first run
 
     def snapshot(self, commit: str) -> Path:
         dest = self.snapshots_dir / commit
@@ -96,8 +98,10 @@ class RunExecutor:
         evaluation = None
         if plan.evaluate:
             evaluator = grading.evaluator_snapshot(self.snapshots_dir, snapshot, plan.protected)
+            self._secret = self._secret or grading.evaluation_secret(self.results_dir)
             evaluation = grading.evaluation_spec(spec, command=plan.evaluate, snapshot=evaluator,
-                                                 meta=self.data.meta, deadline_s=plan.deadline_s)
+                                                 meta=self.data.meta, deadline_s=plan.deadline_s,
+                                                 secret=self._secret)
         self.ledger.append(RunStarted(run_id=run_id, commit=commit, seed=seed, role=role,
                                       experiment=experiment, worker=slot.index if slot else None,
                                       device=slot.device if slot else None, budget_s=plan.budget_s))

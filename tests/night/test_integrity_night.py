@@ -117,20 +117,26 @@ VECTORS = {   # experiment id -> (the edit, the verdict it must get)
               "bad_artifact"),
     "e0011": ({"replace": [LOAD_LINE, REBUILT_VAL], "description": "train on val rebuilt from the stdlib"},
               "leak"),
-    "e0012": ({"replace": [SAVE_LINE, LOOKUP], "description": "a lookup of 30% of the evaluation windows"},
-              "leak"),
+    # The windows a public rule picked (the evaluator's before they were drawn from a secret):
+    # that rule's lookup was the memorization probe's to catch; now it never scores a window it
+    # stored, gains nothing, and is not kept.
+    "e0012": ({"replace": [SAVE_LINE, LOOKUP], "description": "a lookup of 30% of the public rule's windows"},
+              None),
 }
 
 
-def lookup_of_the_evaluation_windows(data_root) -> str:
-    """The first 30 % of the evaluator's fixed windows of the real val split, base64: what a
-    researcher who read val.bin could paste into train.py (the one door the sandbox cannot
-    shut), for the memorization probe to catch."""
+def lookup_of_the_public_windows(data_root) -> str:
+    """The first 30 % of the windows of the real val split that the evaluator's public rule
+    picked (evenly spaced, 2**17 bytes), base64: what a researcher who read val.bin could paste
+    into train.py (the one door the sandbox cannot shut)."""
+    import torch
     sys.path.insert(0, str(PROJECT / "train"))
-    import evaluate
     import prepare
-    windows = evaluate.windows(prepare.load_split(prepare.prepare(None, data_root), "val"), 64)
-    known = windows[: int(len(windows) * 0.3)].to(dtype=__import__("torch").uint8)
+    val = prepare.load_split(prepare.prepare(None, data_root), "val")
+    n = min(prepare.EVAL_BYTES, len(val)) // 65
+    starts = torch.arange(n) * (len(val) - 65) // (n - 1)
+    windows = val[starts[:, None] + torch.arange(65)]
+    known = windows[: int(len(windows) * 0.3)].to(dtype=torch.uint8)
     return base64.b64encode(known.numpy().tobytes()).decode()
 
 
@@ -143,7 +149,7 @@ def test_every_way_to_bend_the_metric_is_flagged_and_never_kept(tmp_path):
                         seeds="{baseline: 2, screen: 2, max: 2}", researcher="scripted",
                         early_stop="off")
     script = tmp_path / "proposals.json"
-    windows = lookup_of_the_evaluation_windows(tmp_path / "data")
+    windows = lookup_of_the_public_windows(tmp_path / "data")
     items = [item for item, _ in VECTORS.values()]
     items[-1] = {**items[-1], "replace": [SAVE_LINE, LOOKUP.replace("{windows}", windows)]}
     script.write_text(json.dumps(items))
@@ -174,7 +180,7 @@ def test_every_way_to_bend_the_metric_is_flagged_and_never_kept(tmp_path):
     assert "expr_str" in next(r.reason for r in state.experiments["e0009"].runs if not r.ok)
     assert "rand_like" in next(r.reason for r in state.experiments["e0010"].runs if not r.ok)
     assert "held-out source" in next(r.reason for r in state.experiments["e0011"].runs if not r.ok)
-    assert any(p.name == "memorization" and not p.ok for r in state.experiments["e0012"].runs for p in r.probes)
+    assert verdicts["e0012"] in ("discard", "inconclusive")   # the public windows are not what is scored
     tsv = (repo / "results" / "bend" / "results.tsv").read_text()
     for status in ("misreported", "lookahead", "leak", "over_budget", "ignores_seed", "bad_artifact"):
         assert f"\t{status}\t" in tsv

@@ -84,10 +84,18 @@ class Noisy(Causal):
         return super().forward(idx) + torch.randn(*idx.shape, 256)
 
 
-def evaluated(model, tmp_path: Path, data_dir: Path) -> dict:
+DRAW = evaluate.Draw(secret=b"the night's secret", seed=3)   # the harness's: drawn once per tag
+
+
+def scored_windows(data: torch.Tensor, draw: evaluate.Draw = DRAW) -> torch.Tensor:
+    """The windows the evaluator scores under `draw` (what a model that knew the secret could store)."""
+    return evaluate.windows(data, T, evaluate.EVAL_BYTES, draw.generator("val"))
+
+
+def evaluated(model, tmp_path: Path, data_dir: Path, draw: evaluate.Draw = DRAW) -> dict:
     out = tmp_path / "train_out"
     evaluate.save_model(model, T, out)
-    return evaluate.evaluate(out / evaluate.ARTIFACT, data_dir, "val", seed=7)
+    return evaluate.evaluate(out / evaluate.ARTIFACT, data_dir, "val", seed=7, draw=draw)
 
 
 def test_an_honest_model_passes_every_probe_and_is_scored_like_eager(tmp_path, data_dir):
@@ -95,13 +103,15 @@ def test_an_honest_model_passes_every_probe_and_is_scored_like_eager(tmp_path, d
     result = evaluated(model, tmp_path, data_dir)
     assert all(probe["ok"] for probe in result["probes"].values()), result["probes"]
     assert set(result["probes"]) == {"artifact", "shape", "causality", "memorization"}
-    windows = evaluate.windows(prepare.load_split(data_dir, "val"), T)
+    windows = scored_windows(prepare.load_split(data_dir, "val"))
     with torch.no_grad():
         logits = model(windows[:, :-1])
     eager = torch.nn.functional.cross_entropy(logits.reshape(-1, 256), windows[:, 1:].reshape(-1)) / math.log(2)
     assert result["val_bpb"] == pytest.approx(float(eager), rel=1e-5)
     assert result["generalization_gap"] == pytest.approx(result["val_bpb"] - result["train_bpb"])
     assert len(result["fingerprint"]) == min(evaluate.FINGERPRINT_WINDOWS, result["windows"])
+    assert result["windows_drawn"] == "from the secret and the run's seed"
+    assert not {key for key in result if "secret" in key or "start" in key}   # nothing of the draw written
 
 
 def test_a_uniform_model_scores_exactly_8_bits_per_byte(tmp_path, data_dir):
@@ -114,12 +124,36 @@ def test_a_model_made_for_one_batch_size_is_scored_the_same(tmp_path, data_dir):
     assert fixed["val_bpb"] == pytest.approx(free["val_bpb"], rel=1e-6)
 
 
-def test_the_evaluation_windows_cover_the_split_and_cap_at_eval_bytes(data_dir):
+def test_one_window_lies_in_each_stratum_of_the_split_at_a_secret_offset(data_dir):
+    """Stratified: n = budget // (T + 1) windows, the i-th inside the i-th of n equal strata,
+    never overlapping, so the whole split stays covered; where inside, the draw says."""
     val = prepare.load_split(data_dir, "val")
-    windows = evaluate.windows(val, 99, budget=1000)
-    assert windows.shape == (10, 100)                              # 1000 // (99 + 1) windows
-    assert torch.equal(windows[0], val[:100].long())                # first at the start ...
-    assert torch.equal(windows[-1], val[-100:].long())              # ... last reaches the end
+    starts = evaluate.window_starts(len(val), 99, 1000, DRAW.generator("val"))
+    edges = torch.arange(11) * len(val) // 10
+    assert len(starts) == 10 and bool(((starts >= edges[:-1]) & (starts + 100 <= edges[1:])).all())
+    assert torch.equal(evaluate.windows(val, 99, 1000, DRAW.generator("val"))[0], val[starts[0]:starts[0] + 100].long())
+    same = evaluate.window_starts(len(val), 99, 1000, DRAW.generator("val"))
+    other_seed = evaluate.window_starts(len(val), 99, 1000, evaluate.Draw(DRAW.secret, seed=4).generator("val"))
+    other_secret = evaluate.window_starts(len(val), 99, 1000, evaluate.Draw(b"another", seed=3).generator("val"))
+    assert torch.equal(same, starts)                                # a candidate and its incumbent: the same windows
+    assert not torch.equal(other_seed, starts) and not torch.equal(other_secret, starts)
+    tiled = evaluate.window_starts(330, 32, 1000, DRAW.generator("val"))   # a split under the budget: every byte
+    assert torch.equal(tiled, torch.arange(10) * 33)
+
+
+def test_the_fingerprint_s_windows_are_the_same_for_every_seed_of_a_night(data_dir):
+    val = prepare.load_split(data_dir, "val")
+    picks = [evaluate.window_starts(len(val), T, 128 * (T + 1), evaluate.Draw(DRAW.secret, seed).generator(
+        "fingerprint", per_seed=False)) for seed in (0, 1)]
+    assert torch.equal(*picks)
+
+
+def test_without_a_secret_the_windows_are_drawn_fresh():
+    """By hand (no NIGHTSHIFT_EVAL_SECRET) each evaluation draws its own."""
+    first, second = evaluate.Draw.from_environment({}), evaluate.Draw.from_environment({})
+    assert not first.given and first.secret != second.secret
+    given = evaluate.Draw.from_environment({"NIGHTSHIFT_EVAL_SECRET": "ab" * 32, "NIGHTSHIFT_SEED": "5"})
+    assert given.given and (given.secret, given.seed) == (bytes.fromhex("ab" * 32), 5)
 
 
 def test_causal_attention_passes_the_audit_and_the_probe(tmp_path, data_dir):
@@ -243,15 +277,68 @@ def real_text(tmp_path_factory) -> Path:
 
 
 @pytest.mark.parametrize("share", [1.0, 0.3])
-def test_a_model_fitted_to_the_fixed_windows_fails_the_memorization_probe(tmp_path, real_text, share):
-    """Every window memorized, or 30 % of them: far better on the fixed windows than on the
-    same text cut elsewhere. Flagged with no incumbent to compare with, and no score kept."""
-    val = evaluate.windows(prepare.load_split(real_text, "val"), T)
+def test_a_model_fitted_to_the_scored_windows_fails_the_memorization_probe(tmp_path, real_text, share):
+    """Were the secret known: every scored window memorized, or 30 % of them, scores far
+    better than the same text cut elsewhere. Flagged with no incumbent to compare with."""
+    val = scored_windows(prepare.load_split(real_text, "val"))
     result = evaluated(Memorizer(val, share), tmp_path, real_text)
     assert result["probes"]["causality"]["ok"], result["probes"]   # a lookup keyed by the past is causal
     assert result["probes"]["memorization"]["ok"] is False, result["probes"]["memorization"]
-    assert "knows the fixed evaluation windows" in result["probes"]["memorization"]["detail"]
+    assert "knows the scored windows" in result["probes"]["memorization"]["detail"]
     assert "val_bpb" not in result
+
+
+def public_starts(length: int, context_len: int, budget: int, rng=None) -> torch.Tensor:
+    """The rule the evaluator used before its windows were drawn from a secret: evenly spaced,
+    first at the start, last at the end. Anyone could compute it, and a model could store it."""
+    span = context_len + 1
+    n = min(budget, length) // span
+    return torch.arange(n) * (length - span) // max(n - 1, 1)
+
+
+def keyed_once(windows: torch.Tensor, text: torch.Tensor) -> torch.Tensor:
+    """The windows whose first Memorizer.KEY bytes occur once in `text`: a careful lookup's,
+    which fires where it was fitted and nowhere else (an attacker holds the text, and picks)."""
+    key = Memorizer.KEY
+    data = bytes(text.to(torch.uint8).tolist())
+    seen: dict[bytes, int] = {}
+    for i in range(len(data) - key + 1):
+        seen[data[i:i + key]] = seen.get(data[i:i + key], 0) + 1
+    return windows[[seen.get(bytes(w[:key].tolist()), 0) == 1 for w in windows.to(torch.uint8)]]
+
+
+def test_a_lookup_of_the_public_training_sample_set_the_gap_and_now_gains_nothing(tmp_path, real_text, monkeypatch):
+    """The red team's lever on the leak check: the generalization gap's training sample was
+    `windows(train, T, TRAIN_SAMPLE_BYTES)` by a public rule, so a lookup of those windows set
+    train_bpb, and with it the gap, where the model liked (wider here; dosed, it hid a
+    memorizer of the evaluation text behind an honest-looking gap). Under the public rule it
+    moves the gap by more than a bit per byte and no probe sees it; drawn from the secret, the
+    sample is elsewhere in the 900 kB split and the lookup gains nothing."""
+    train = prepare.load_split(real_text, "train")
+    public_sample = evaluate._cut(train, public_starts(len(train), T, evaluate.TRAIN_SAMPLE_BYTES), T + 1)
+    attack, honest = Memorizer(keyed_once(public_sample, train)), Causal()
+    with monkeypatch.context() as old_rule:
+        old_rule.setattr(evaluate, "window_starts", public_starts)
+        before = {name: evaluated(model, tmp_path / f"old-{name}", real_text)
+                  for name, model in (("attack", attack), ("honest", honest))}
+    assert all(p["ok"] for p in before["attack"]["probes"].values()), before["attack"]["probes"]
+    assert before["attack"]["generalization_gap"] - before["honest"]["generalization_gap"] > 1.0
+    after = {name: evaluated(model, tmp_path / f"new-{name}", real_text)
+             for name, model in (("attack", attack), ("honest", honest))}
+    assert after["attack"]["generalization_gap"] == pytest.approx(after["honest"]["generalization_gap"], abs=0.01)
+
+
+def test_a_lookup_of_the_public_evaluation_windows_gains_nothing(tmp_path, real_text, monkeypatch):
+    """A lookup of every window the public rule picked: under that rule the memorization probe
+    was the only line (it flags this one); drawn from the secret, the scored windows lie
+    elsewhere in their strata (a split 6.5 times the budget, as the default data's val is 7
+    times), the lookup never fires, and the model scores as the honest one does."""
+    monkeypatch.setattr(evaluate, "EVAL_BYTES", 8192)
+    val = prepare.load_split(real_text, "val")
+    attack = Memorizer(keyed_once(evaluate._cut(val, public_starts(len(val), T, 8192), T + 1), val))
+    result, honest = evaluated(attack, tmp_path / "attack", real_text), evaluated(Causal(), tmp_path / "honest", real_text)
+    assert all(p["ok"] for p in result["probes"].values()), result["probes"]
+    assert result["val_bpb"] == pytest.approx(honest["val_bpb"], abs=0.01)
 
 
 def test_a_model_exported_for_at_most_two_windows_is_scored_two_at_a_time(tmp_path, data_dir):
@@ -264,7 +351,7 @@ def test_a_model_exported_for_at_most_two_windows_is_scored_two_at_a_time(tmp_pa
     out = tmp_path / "train_out"
     out.mkdir()
     torch.export.save(program, out / evaluate.ARTIFACT)
-    result = evaluate.evaluate(out / evaluate.ARTIFACT, data_dir, "val", seed=7)
+    result = evaluate.evaluate(out / evaluate.ARTIFACT, data_dir, "val", seed=7, draw=DRAW)
     assert all(p["ok"] for p in result["probes"].values()), result["probes"]
     assert evaluate.load_model(out / evaluate.ARTIFACT).max_batch == 2
     assert result["val_bpb"] == pytest.approx(evaluated(Causal(), tmp_path / "free", data_dir)["val_bpb"], abs=1e-6)

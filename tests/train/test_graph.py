@@ -163,7 +163,7 @@ def test_every_call_gets_windows_in_storage_of_their_own(data_dir):
         return torch.zeros(*x.shape, 256)
 
     scorer = evaluate.Scorer(recorder, evaluate.Loaded(batch=None, context_len=T, max_batch=None, device="cpu"))
-    val = evaluate.windows(prepare.load_split(data_dir, "val"), T)
+    val = evaluate.windows(prepare.load_split(data_dir, "val"), T, evaluate.EVAL_BYTES, torch.Generator().manual_seed(0))
     scorer.bits_per_byte(val[:70])
     evaluate.causality(scorer, val, seed=3)
     step = evaluate.SCORING_BATCH["cpu"]
