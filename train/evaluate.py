@@ -56,7 +56,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from model_process import GuardRefusal, Loaded, ModelProcess
+from model_process import GuardRefusal, Loaded, ModelProcess, keep_freed_memory
 from prepare import EVAL_BYTES, load_split, prepare
 from schema import Rejected
 
@@ -387,6 +387,7 @@ def main() -> int:
     # First, before anything here computes: a process whose OpenMP threads have run cannot
     # fork a child that uses them (model_process.py), and nothing of the data is read yet.
     model = ModelProcess.fork(threads=cores, deadline=deadline)
+    keep_freed_memory()   # the scorer's logits are MBs too
     out = Path(os.environ.get("NIGHTSHIFT_OUT", "out-eval"))
     train_out = Path(os.environ.get("NIGHTSHIFT_TRAIN_OUT", "out"))
     split = os.environ.get("NIGHTSHIFT_SPLIT", "val")

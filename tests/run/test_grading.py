@@ -40,8 +40,8 @@ def test_the_secret_is_drawn_once_per_folder_kept_private_and_read_again(tmp_pat
     assert grading.evaluation_secret(tmp_path / "results" / "tag") not in (secret, "half")
 
 
-@pytest.fixture
-def executor(tmp_path):
+@pytest.fixture(params=["night", "replay"])
+def executor(tmp_path, request):
     root = tmp_path / "repo"
     root.mkdir()
     for args in (["init", "-q", "-b", "main"], ["config", "user.email", "t@t"], ["config", "user.name", "t"]):
@@ -50,14 +50,18 @@ def executor(tmp_path):
     (root / "evaluate.py").write_text(STEP)
     subprocess.run(["git", "-C", str(root), "add", "."], check=True)
     subprocess.run(["git", "-C", str(root), "commit", "-qm", "base"], check=True)
-    results = root / "results" / "t"
-    workspace = Workspace.open(root, "t", results / "worktree")
-    on_disk = results / grading.SECRET_FILE
+    night = root / "results" / "t"
+    workspace = Workspace.open(root, "t", night / "worktree")
+    # a replay's runs live deeper (results/t/replays/<id>/) and must not read the night's secret either
+    results = night if request.param == "night" else night / "replays" / "r1"
+    on_disk = night / grading.SECRET_FILE
+    grading.evaluation_secret(night)
     plan = RunPlan(command=f"python train.py {on_disk}", metric="score", budget_s=20, grace_s=10,
                    protected=("evaluate.py",), limits=Limits(memory_mb=None), python=sys.executable,
                    writable_workdir=True, evaluate=f"python evaluate.py {on_disk}")
     yield RunExecutor(plan=plan, runner=LocalRunner(kill_grace_s=1.0), workspace=workspace,
-                      ledger=Ledger(results), data=PreparedData(tmp_path, {}), results_dir=results), workspace
+                      ledger=Ledger(results), data=PreparedData(tmp_path, {}), results_dir=results,
+                      private_root=root / "results"), workspace
     workspace.close()
 
 
