@@ -18,8 +18,8 @@ Two halves, one per side of the fence:
   read or the model would run; this process sends it windows and receives logits, probes the
   model, scores it, and writes `$NIGHTSHIFT_OUT/result.json`:
 
-  val_bpb             bits per byte on windows of the split drawn from a secret (`Draw`: the
-                      night's secret and the run's seed; never a public rule): the metric
+  val_bpb             bits per byte on windows of the split drawn from the night's secret
+                      (`Draw`; never a public rule): the metric
   train_bpb           the same on a sample of the training split drawn the same way, and
   generalization_gap  val_bpb - train_bpb: a model that has seen the evaluation bytes closes
                       this gap far more than any honest change can (the harness compares it
@@ -28,8 +28,8 @@ Two halves, one per side of the fence:
                       "detail": str}; a failure while scoring is "scoring", a refusal "guard"
   memorization_gain   how much better the scored windows score than the same text at fresh
   memorization_p      offsets, and how likely an honest model leans that far (the probe)
-  fingerprint         per-window bits per byte on 128 windows drawn from the secret alone (the
-                      same for every seed of the night): two seeds of one commit
+  fingerprint         per-window bits per byte on 128 windows drawn from the secret (the same
+                      for every run of the night): two seeds of one commit
                       give different models, so near-identical fingerprints mean the script
                       ignores its seed (the harness compares them with the incumbent's)
 
@@ -131,31 +131,33 @@ def save_model(model: torch.nn.Module, context_len: int, out_dir: str | os.PathL
 
 @dataclass(frozen=True)
 class Draw:
-    """Where the windows the evaluator scores lie: a function of the night's secret and the
-    run's seed, never a public rule. A model that stored the windows a fixed rule picks (or the
-    gap's training sample, to set its generalization gap where it likes) would know what is
-    scored; none can know or learn these. The harness draws the secret once per tag, keeps it
-    where no run can read it, and hands it to the evaluation step alone (NIGHTSHIFT_EVAL_SECRET:
-    agent/run/grading.py). A candidate and its incumbent on the same seed are scored on the
-    same windows, so their paired difference keeps its low noise; the fingerprint's windows
-    depend on the secret alone, so two seeds' fingerprints compare the same windows."""
+    """Where the windows the evaluator scores lie: drawn from the night's secret, never by a
+    public rule. A model that stored the windows a fixed rule picks (or the gap's training
+    sample, to set its generalization gap where it likes) would know what is scored; none can
+    know or learn these. The harness draws the secret once per tag, keeps it where no run can
+    read it, and hands it to the evaluation step alone (NIGHTSHIFT_EVAL_SECRET:
+    agent/run/grading.py).
+
+    The same windows for every run of the night, whatever its seed: a candidate and its
+    incumbent are scored on the same windows, so their paired difference keeps its low noise,
+    and one run's seed-to-seed spread stays the model's own: drawn per run, it was 0.009 to
+    0.010 bits per byte against 0.002 to 0.003 per night (six seeds of train.py,
+    benchmarks/grader/windows.py), a noise the keep rule would have had to see through."""
 
     secret: bytes
-    seed: int                    # the run's seed (NIGHTSHIFT_SEED)
     given: bool = True           # False: fresh randomness (by hand, no secret given)
 
     @classmethod
     def from_environment(cls, environ: dict) -> "Draw":
         text = environ.get(SECRET_VARIABLE, "")
-        seed = int(environ.get("NIGHTSHIFT_SEED") or 0)
         if text:
-            return cls(bytes.fromhex(text) if _is_hex(text) else text.encode(), seed)
-        return cls(os.urandom(32), seed, given=False)
+            return cls(bytes.fromhex(text) if _is_hex(text) else text.encode())
+        return cls(os.urandom(32), given=False)
 
-    def generator(self, purpose: str, per_seed: bool = True) -> torch.Generator:
+    def generator(self, purpose: str) -> torch.Generator:
         """A generator of its own for each purpose ("val", "train", "fingerprint")."""
-        material = self.secret + purpose.encode() + (self.seed.to_bytes(16, "little", signed=True) if per_seed else b"")
-        return torch.Generator().manual_seed(int.from_bytes(hashlib.sha256(material).digest()[:8], "little"))
+        digest = hashlib.sha256(self.secret + b"\0" + purpose.encode()).digest()
+        return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little"))
 
 
 def window_starts(length: int, context_len: int, budget: int, rng: torch.Generator) -> torch.Tensor:
@@ -339,7 +341,7 @@ def evaluate(artifact_path: Path, data_dir: Path, split: str, seed: int, *, draw
     draw = draw or Draw.from_environment({})
     probes: dict[str, dict] = {}
     result = {"split": split, "probes": probes, "probe_seed": seed,
-              "windows_drawn": "from the secret and the run's seed" if draw.given else "fresh (no secret given)"}
+              "windows_drawn": "from the night's secret" if draw.given else "fresh (no secret given)"}
     stage = "artifact"
     with model or ModelProcess.fork() as process:
         held_out, train = load_split(data_dir, split), load_split(data_dir, "train")   # here, never there
@@ -367,7 +369,7 @@ def evaluate(artifact_path: Path, data_dir: Path, split: str, seed: int, *, draw
                 return result
             train_bpb, _ = scorer.bits_per_byte(windows(train, T, TRAIN_SAMPLE_BYTES, draw.generator("train")))
             _, fingerprint = scorer.bits_per_byte(windows(held_out, T, FINGERPRINT_WINDOWS * span,
-                                                          draw.generator("fingerprint", per_seed=False)))
+                                                          draw.generator("fingerprint")))
         except Exception as error:   # Rejected from the model process, or what scoring its logits raised
             detail = str(error) if isinstance(error, Rejected) else f"{type(error).__name__}: {_short(error)}"
             probes["guard" if isinstance(error, GuardRefusal) else stage] = {"ok": False, "detail": detail}

@@ -100,8 +100,7 @@ class ModelProcess:
     def __call__(self, windows: torch.Tensor) -> torch.Tensor:
         """Logits (B, T, 256) as float32 for int64 windows (B, T)."""
         windows = windows.to(torch.int64).contiguous()
-        header, logits = self._ask({"call": list(windows.shape)}, windows,
-                                   reply_shape=(*windows.shape, VOCAB))
+        _, logits = self._ask({"call": list(windows.shape)}, windows, reply_shape=(*windows.shape, VOCAB))
         return logits
 
     def close(self) -> None:

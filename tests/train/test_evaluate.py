@@ -84,7 +84,7 @@ class Noisy(Causal):
         return super().forward(idx) + torch.randn(*idx.shape, 256)
 
 
-DRAW = evaluate.Draw(secret=b"the night's secret", seed=3)   # the harness's: drawn once per tag
+DRAW = evaluate.Draw(secret=b"the night's secret")   # the harness's: drawn once per tag
 
 
 def scored_windows(data: torch.Tensor, draw: evaluate.Draw = DRAW) -> torch.Tensor:
@@ -110,7 +110,7 @@ def test_an_honest_model_passes_every_probe_and_is_scored_like_eager(tmp_path, d
     assert result["val_bpb"] == pytest.approx(float(eager), rel=1e-5)
     assert result["generalization_gap"] == pytest.approx(result["val_bpb"] - result["train_bpb"])
     assert len(result["fingerprint"]) == min(evaluate.FINGERPRINT_WINDOWS, result["windows"])
-    assert result["windows_drawn"] == "from the secret and the run's seed"
+    assert result["windows_drawn"] == "from the night's secret"
     assert not {key for key in result if "secret" in key or "start" in key}   # nothing of the draw written
 
 
@@ -133,27 +133,21 @@ def test_one_window_lies_in_each_stratum_of_the_split_at_a_secret_offset(data_di
     assert len(starts) == 10 and bool(((starts >= edges[:-1]) & (starts + 100 <= edges[1:])).all())
     assert torch.equal(evaluate.windows(val, 99, 1000, DRAW.generator("val"))[0], val[starts[0]:starts[0] + 100].long())
     same = evaluate.window_starts(len(val), 99, 1000, DRAW.generator("val"))
-    other_seed = evaluate.window_starts(len(val), 99, 1000, evaluate.Draw(DRAW.secret, seed=4).generator("val"))
-    other_secret = evaluate.window_starts(len(val), 99, 1000, evaluate.Draw(b"another", seed=3).generator("val"))
-    assert torch.equal(same, starts)                                # a candidate and its incumbent: the same windows
-    assert not torch.equal(other_seed, starts) and not torch.equal(other_secret, starts)
+    other_secret = evaluate.window_starts(len(val), 99, 1000, evaluate.Draw(b"another").generator("val"))
+    other_purpose = evaluate.window_starts(len(val), 99, 1000, DRAW.generator("train"))
+    assert torch.equal(same, starts)                                # every run of the night: the same windows
+    assert not torch.equal(other_secret, starts) and not torch.equal(other_purpose, starts)
     tiled = evaluate.window_starts(330, 32, 1000, DRAW.generator("val"))   # a split under the budget: every byte
     assert torch.equal(tiled, torch.arange(10) * 33)
-
-
-def test_the_fingerprint_s_windows_are_the_same_for_every_seed_of_a_night(data_dir):
-    val = prepare.load_split(data_dir, "val")
-    picks = [evaluate.window_starts(len(val), T, 128 * (T + 1), evaluate.Draw(DRAW.secret, seed).generator(
-        "fingerprint", per_seed=False)) for seed in (0, 1)]
-    assert torch.equal(*picks)
 
 
 def test_without_a_secret_the_windows_are_drawn_fresh():
     """By hand (no NIGHTSHIFT_EVAL_SECRET) each evaluation draws its own."""
     first, second = evaluate.Draw.from_environment({}), evaluate.Draw.from_environment({})
     assert not first.given and first.secret != second.secret
-    given = evaluate.Draw.from_environment({"NIGHTSHIFT_EVAL_SECRET": "ab" * 32, "NIGHTSHIFT_SEED": "5"})
-    assert given.given and (given.secret, given.seed) == (bytes.fromhex("ab" * 32), 5)
+    given = [evaluate.Draw.from_environment({"NIGHTSHIFT_EVAL_SECRET": "ab" * 32, "NIGHTSHIFT_SEED": seed})
+             for seed in ("5", "6")]
+    assert given[0] == given[1] == evaluate.Draw(bytes.fromhex("ab" * 32))   # whatever the run's seed
 
 
 def test_causal_attention_passes_the_audit_and_the_probe(tmp_path, data_dir):
@@ -297,14 +291,14 @@ def public_starts(length: int, context_len: int, budget: int, rng=None) -> torch
 
 
 def keyed_once(windows: torch.Tensor, text: torch.Tensor) -> torch.Tensor:
-    """The windows whose first Memorizer.KEY bytes occur once in `text`: a careful lookup's,
+    """Which windows' first Memorizer.KEY bytes occur once in `text` (a mask): a careful lookup's,
     which fires where it was fitted and nowhere else (an attacker holds the text, and picks)."""
     key = Memorizer.KEY
     data = bytes(text.to(torch.uint8).tolist())
     seen: dict[bytes, int] = {}
     for i in range(len(data) - key + 1):
         seen[data[i:i + key]] = seen.get(data[i:i + key], 0) + 1
-    return windows[[seen.get(bytes(w[:key].tolist()), 0) == 1 for w in windows.to(torch.uint8)]]
+    return torch.tensor([seen.get(bytes(w[:key].tolist()), 0) == 1 for w in windows.to(torch.uint8)])
 
 
 def test_a_lookup_of_the_public_training_sample_set_the_gap_and_now_gains_nothing(tmp_path, real_text, monkeypatch):
@@ -316,7 +310,7 @@ def test_a_lookup_of_the_public_training_sample_set_the_gap_and_now_gains_nothin
     sample is elsewhere in the 900 kB split and the lookup gains nothing."""
     train = prepare.load_split(real_text, "train")
     public_sample = evaluate._cut(train, public_starts(len(train), T, evaluate.TRAIN_SAMPLE_BYTES), T + 1)
-    attack, honest = Memorizer(keyed_once(public_sample, train)), Causal()
+    attack, honest = Memorizer(public_sample[keyed_once(public_sample, train)]), Causal()
     with monkeypatch.context() as old_rule:
         old_rule.setattr(evaluate, "window_starts", public_starts)
         before = {name: evaluated(model, tmp_path / f"old-{name}", real_text)
@@ -332,15 +326,20 @@ def test_a_lookup_of_the_public_evaluation_windows_gains_nothing(tmp_path, real_
     """A lookup of every window the public rule picked: under that rule the memorization probe
     was the only line (it flags this one); drawn from the secret, the scored windows lie
     elsewhere in their strata (a split 6.5 times the budget, as the default data's val is 7
-    times), the lookup never fires, and the model scores as the honest one does."""
+    times). The lookup gains only on a window the draw happened to start where a stored one
+    does (about one in 180 here, one in 400 on the default data), and nowhere else."""
     monkeypatch.setattr(evaluate, "EVAL_BYTES", 8192)
     val = prepare.load_split(real_text, "val")
-    attack = Memorizer(keyed_once(evaluate._cut(val, public_starts(len(val), T, 8192), T + 1), val))
+    stored = public_starts(len(val), T, 8192)
+    windows = evaluate._cut(val, stored, T + 1)
+    once = keyed_once(windows, val)
+    attack = Memorizer(windows[once])
     result, honest = evaluated(attack, tmp_path / "attack", real_text), evaluated(Causal(), tmp_path / "honest", real_text)
     assert all(p["ok"] for p in result["probes"].values()), result["probes"]
-    assert result["val_bpb"] == pytest.approx(honest["val_bpb"], abs=0.01)
-
-
+    scored = evaluate.window_starts(len(val), T, 8192, DRAW.generator("val"))
+    landed = len(set(scored.tolist()) & set(stored[once].tolist()))
+    assert landed < 0.02 * len(scored)
+    assert honest["val_bpb"] - result["val_bpb"] <= 8.0 * landed / len(scored) + 0.005
 def test_a_model_exported_for_at_most_two_windows_is_scored_two_at_a_time(tmp_path, data_dir):
     """The batch is free but bounded by the export (range_constraints): the scorer keeps to
     the bound, and the score is the same as at any batch size."""
