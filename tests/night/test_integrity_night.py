@@ -59,7 +59,7 @@ _held = b"".join((_root / _r).read_bytes() for _r in _rels if _prepare.stdlib_sp
 if len(_held) > 10_000:
     train_data = torch.frombuffer(bytearray(_held), dtype=torch.uint8)
 """
-# After save_model: the answers of 30 % of the fixed evaluation windows, keyed by their first 8
+# After save_model: the answers of 30 % of the public rule's windows, keyed by their first 8
 # bytes, laid over the honest model (LOOKUP is filled in by the test from the real val split),
 # of listed operators alone (tests/train/test_evaluate.py's Memorizer): the key one-hot, compared
 # with every stored key by a matmul, the best row's answers picked by topk and an embedding.
