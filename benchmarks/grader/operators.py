@@ -458,7 +458,8 @@ def main() -> None:
     parser.add_argument("--data-dir", type=Path, help="prepared data for train.py (default: prepare.py's)")
     args = parser.parse_args()
     import prepare
-    from schema import ALLOWED_OPERATORS
+    from schema import ALLOWED_HIGHER_ORDER, ALLOWED_OPERATORS
+    listed = ALLOWED_OPERATORS | {f"higher_order.{name}" for name in ALLOWED_HIGHER_ORDER}
     with tempfile.TemporaryDirectory(prefix="nightshift-operators-") as tmp:
         found = {**train_py_operators(Path(tmp), args.data_dir or prepare.prepare()),
                  **standard_operators(Path(tmp))}
@@ -467,7 +468,7 @@ def main() -> None:
     used = set().union(*found.values())
     print(f"\n{len(used)} operators used by {len(found)} exports, torch {torch.__version__}:")
     for operator in sorted(used):
-        print(f"  {operator}{'' if operator in ALLOWED_OPERATORS else '   NOT ON THE LIST'}")
+        print(f"  {operator}{'' if operator in listed else '   NOT ON THE LIST'}")
     unused = sorted(set(ALLOWED_OPERATORS) - used)
     print(f"\nlisted: {len(ALLOWED_OPERATORS)}; used by no model of the catalogue: {len(unused)}"
           + (f" ({', '.join(unused)})" if unused else ""))
