@@ -56,7 +56,7 @@ def test_a_file_without_front_matter_is_all_prose_and_all_defaults(tmp_path):
     assert program.prose == "# Brief\n\nMake it better."
     assert program.path == (tmp_path / "program.md").resolve()
     assert program.target == "train/train.py"
-    assert program.protected == ("train/prepare.py", "train/evaluate.py", "train/artifact.py", "train/schema.py", "train/graph.py", "train/guard.py")
+    assert program.protected == ("train/prepare.py", "train/evaluate.py", "train/artifact.py", "train/schema.py", "train/graph.py", "train/guard.py", "train/model_process.py")
     assert program.prepare == "python train/prepare.py"
     assert (program.evaluate, program.edits, program.report_tolerance) == ("python train/evaluate.py", "free", 0.05)
     assert (program.metric, program.direction) == ("val_bpb", Direction.MINIMIZE)
@@ -146,7 +146,7 @@ def test_an_integer_seeds_sets_max():
 def test_to_dict_is_json_safe_and_the_program_is_frozen():
     program = parse_program("---\nclaude: {max_usd: 2}\n---\nx", "program.md")
     data = json.loads(json.dumps(program.to_dict()))
-    assert data["budget_s"] == 60.0 and data["protected"] == ["train/prepare.py", "train/evaluate.py", "train/artifact.py", "train/schema.py", "train/graph.py", "train/guard.py"]
+    assert data["budget_s"] == 60.0 and data["protected"] == ["train/prepare.py", "train/evaluate.py", "train/artifact.py", "train/schema.py", "train/graph.py", "train/guard.py", "train/model_process.py"]
     assert data["seeds"] == {"baseline": 2, "screen": 1, "max": 8, "repeat": 1}
     assert data["limits"]["memory_mb"] == 8192 and data["claude"]["max_usd"] == 2
     assert data["path"].endswith("program.md")
@@ -253,7 +253,7 @@ def test_accepted_metric_names():
 def test_a_program_locates_its_fields_for_later_checks():
     program = parse_program("---\nbudget: 60s\n\ntarget: a.py\n---\n", "program.md")
     assert program.locate("target") == "program.md:4: field 'target'"
-    assert program.locate("protected") == "program.md: field 'protected' (default ['train/prepare.py', 'train/evaluate.py', 'train/artifact.py', 'train/schema.py', 'train/graph.py', 'train/guard.py'])"
+    assert program.locate("protected") == "program.md: field 'protected' (default ['train/prepare.py', 'train/evaluate.py', 'train/artifact.py', 'train/schema.py', 'train/graph.py', 'train/guard.py', 'train/model_process.py'])"
     moved = program.with_overrides(budget="5s")
     assert moved.locate("target") == "program.md:4: field 'target'"
     assert moved.locate("budget") == "program.md (override budget): field 'budget'"
@@ -436,11 +436,11 @@ def test_a_broken_annotation_is_found_at_load_for_the_optuna_researcher(tmp_path
 
 
 def test_the_bundled_evaluator_needs_its_own_files_protected(tmp_path):
-    """It runs in a snapshot of the protected files alone: without artifact.py, schema.py, graph.py
-    or guard.py every run would be a bad artifact, so the program is refused, with the fix."""
+    """It runs in a snapshot of the protected files alone: without artifact.py, schema.py, graph.py,
+    guard.py or model_process.py every run would be a bad artifact, so the program is refused, with the fix."""
     path = write(tmp_path, "---\nprotected: [train/prepare.py, train/evaluate.py]\n---\n")
-    for name in ("prepare", "evaluate", "artifact", "schema", "graph", "guard"):   # the bundled target's files
+    for name in ("prepare", "evaluate", "artifact", "schema", "graph", "guard", "model_process"):   # the bundled target's files
         (tmp_path / "train").mkdir(exist_ok=True)
         (tmp_path / "train" / f"{name}.py").write_text("# the evaluator\n")
-    with pytest.raises(ProgramError, match=r"field 'protected'.*needs train/artifact.py, train/schema.py, train/graph.py, train/guard.py; add them"):
+    with pytest.raises(ProgramError, match=r"field 'protected'.*needs train/artifact.py, train/schema.py, train/graph.py, train/guard.py, train/model_process.py; add them"):
         load_program(path)

@@ -12,21 +12,24 @@ Two halves, one per side of the fence:
 - `main()` is the evaluation step, run by the harness after training in a sandbox of its own
   (its own process and deadline; it sees the protected files, the training step's out
   folder read-only, and the data folder with the evaluation split; never train.py). The
-  artifact is hostile input: artifact.py validates it against a strict schema, graph.py runs
-  its graph with an interpreter of our own (torch's loader never reads it), guard.py refuses
-  any code the read or the model would run; then it probes
-  the model, scores it, and writes `$NIGHTSHIFT_OUT/result.json`:
+  artifact is hostile input: it is read and run in a process apart (model_process.py), where
+  artifact.py validates it against a strict schema, graph.py runs its graph with an
+  interpreter of our own (torch's loader never reads it) and guard.py refuses any code the
+  read or the model would run; this process sends it windows and receives logits, probes the
+  model, scores it, and writes `$NIGHTSHIFT_OUT/result.json`:
 
-  val_bpb             bits per byte on the fixed windows of the split (`windows()`): the metric
-  train_bpb           the same on a fixed sample of the training split, and
+  val_bpb             bits per byte on windows of the split drawn from the night's secret
+                      (`Draw`; never a public rule): the metric
+  train_bpb           the same on a sample of the training split drawn the same way, and
   generalization_gap  val_bpb - train_bpb: a model that has seen the evaluation bytes closes
                       this gap far more than any honest change can (the harness compares it
                       with the incumbent's; docs/integrity.md)
   probes              {"artifact", "shape", "causality", "memorization"}: each {"ok": bool,
                       "detail": str}; a failure while scoring is "scoring", a refusal "guard"
-  memorization_gain   how much better the fixed windows score than the same text at fresh
+  memorization_gain   how much better the scored windows score than the same text at fresh
   memorization_p      offsets, and how likely an honest model leans that far (the probe)
-  fingerprint         per-window bits per byte on 128 fixed windows: two seeds of one commit
+  fingerprint         per-window bits per byte on 128 windows drawn from the secret (the same
+                      for every run of the night): two seeds of one commit
                       give different models, so near-identical fingerprints mean the script
                       ignores its seed (the harness compares them with the incumbent's)
 
@@ -37,6 +40,7 @@ could judge the model.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import math
 import os
@@ -45,30 +49,32 @@ import os
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
 
-import artifact
-from schema import Rejected
-from graph import Model
-from guard import Guard
+from model_process import GuardRefusal, Loaded, ModelProcess, keep_freed_memory
 from prepare import EVAL_BYTES, load_split, prepare
+from schema import Rejected
 
 ARTIFACT = "model.pt2"
 VOCAB = 256                      # byte-level: logits over 256 values
 TRAIN_SAMPLE_BYTES = EVAL_BYTES // 8   # the training split's sample for the generalization gap
 PROBE_WINDOWS = 256              # windows whose suffix is changed for the causality probe
 FINGERPRINT_WINDOWS = 128
+SECRET_VARIABLE = "NIGHTSHIFT_EVAL_SECRET"   # hex; set by the harness for the evaluation step alone
 LOOKAHEAD_TOLERANCE = 1e-3       # nats: a causal model's prefix log-probs move by ~0 (measured 0.0)
 # Windows per call when the graph takes any batch size: on CPU small batches stay in cache
 # (2016 windows of 64 bytes: 0.91 s at 32, 1.00 s at 64, 1.28 s at 256, measured on 2 cores).
 SCORING_BATCH = {"cpu": 32}
-# Memorization: the fixed windows scored again at fresh offsets (the same text, another cut).
+DEADLINE_MARGIN_S = 5.0          # left of the step's deadline to end a hung model and write the result
+# Memorization: the scored windows scored again at fresh offsets (the same text, another cut).
 # For an honest model the fresh cut is as often better as worse (both are arbitrary places in
-# the text); one that has stored the fixed windows, or their answers keyed by their prefixes,
-# scores the fixed ones better on every window it stored, by far. Flagged when the differences
+# the text); one that has stored the scored windows (were the secret known), or their answers
+# keyed by their prefixes, scores those better on every window it stored, by far. Flagged when the differences
 # lean to "fresh is worse" so far that an honest model would do it with probability under
 # MEMORIZATION_P (Wilcoxon's signed-rank test: the windows whose two cuts differ most count
 # most, and no assumption is made on how far apart they score), and by MEMORIZATION_TOLERANCE
@@ -121,40 +127,77 @@ def save_model(model: torch.nn.Module, context_len: int, out_dir: str | os.PathL
     return out / ARTIFACT
 
 
-# ---------------------------------------------------------------- scoring
+# ---------------------------------------------------------------- where the windows lie
 
-def window_starts(length: int, context_len: int, budget: int = EVAL_BYTES) -> torch.Tensor:
-    """Where the fixed evaluation windows start: n = min(budget, length) // (context_len + 1)
-    of them, evenly spaced over the whole split (first at the start, last at the end)."""
+@dataclass(frozen=True)
+class Draw:
+    """Where the windows the evaluator scores lie: drawn from the night's secret, never by a
+    public rule. A model that stored the windows a fixed rule picks (or the gap's training
+    sample, to set its generalization gap where it likes) would know what is scored; none can
+    know or learn these. The harness draws the secret once per tag, keeps it where no run can
+    read it, and hands it to the evaluation step alone (NIGHTSHIFT_EVAL_SECRET:
+    agent/run/grading.py).
+
+    The same windows for every run of the night, whatever its seed: a candidate and its
+    incumbent are scored on the same windows, so their paired difference keeps its low noise,
+    and one run's seed-to-seed spread stays the model's own: drawn per run, it was 0.009 to
+    0.010 bits per byte against 0.002 to 0.003 per night (six seeds of train.py,
+    benchmarks/grader/windows.py), a noise the keep rule would have had to see through."""
+
+    secret: bytes
+    given: bool = True           # False: fresh randomness (by hand, no secret given)
+
+    @classmethod
+    def from_environment(cls, environ: dict) -> "Draw":
+        text = environ.get(SECRET_VARIABLE, "")
+        if text:
+            return cls(bytes.fromhex(text) if _is_hex(text) else text.encode())
+        return cls(os.urandom(32), given=False)
+
+    def generator(self, purpose: str) -> torch.Generator:
+        """A generator of its own for each purpose ("val", "train", "fingerprint")."""
+        digest = hashlib.sha256(self.secret + b"\0" + purpose.encode()).digest()
+        return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little"))
+
+
+def window_starts(length: int, context_len: int, budget: int, rng: torch.Generator) -> torch.Tensor:
+    """Where the windows start: n = min(budget, length) // (context_len + 1) of them, one in each
+    of n equal strata of the split, at an offset inside its stratum drawn from `rng`. Stratified,
+    so the whole split stays covered and the score's variance stays that of evenly spaced
+    windows; never overlapping. A split shorter than the budget is tiled: every byte scored."""
     span = context_len + 1
     n = min(budget, length) // span
     if n == 0:
         raise ValueError(f"the split has {length} bytes, fewer than context_len+1={span}")
-    return torch.arange(n) * (length - span) // max(n - 1, 1)
+    edges = torch.arange(n + 1) * length // n        # stratum i is [edges[i], edges[i + 1]), >= span bytes
+    room = edges[1:] - edges[:-1] - span + 1          # where a window may start inside its stratum
+    return edges[:-1] + (torch.rand(n, generator=rng, dtype=torch.float64) * room).long()
 
 
-def windows(data: torch.Tensor, context_len: int, budget: int = EVAL_BYTES) -> torch.Tensor:
-    """The fixed evaluation set: the windows of context_len + 1 bytes at `window_starts`,
-    non-overlapping. Every target position of every window is scored."""
-    return _cut(data, window_starts(len(data), context_len, budget), context_len + 1)
+def windows(data: torch.Tensor, context_len: int, budget: int, rng: torch.Generator) -> torch.Tensor:
+    """The windows of context_len + 1 bytes at `window_starts`. Every target position of every
+    window is scored."""
+    return _cut(data, window_starts(len(data), context_len, budget, rng), context_len + 1)
 
 
 def _cut(data: torch.Tensor, starts: torch.Tensor, span: int) -> torch.Tensor:
     return data[starts[:, None] + torch.arange(span)].long()
 
 
-class Scorer:
-    """Calls the graph on batches of windows it accepts (any size, or the one it was made for)."""
+def _is_hex(text: str) -> bool:
+    return len(text) % 2 == 0 and all(c in "0123456789abcdefABCDEF" for c in text)
 
-    def __init__(self, model: Model) -> None:
+
+# ---------------------------------------------------------------- scoring
+
+class Scorer:
+    """Calls the model on batches of windows it accepts (any size, or the one it was made for)."""
+
+    def __init__(self, model: Callable[[torch.Tensor], torch.Tensor], shape: Loaded) -> None:
         self.module = model
-        shape = model.window_shape
-        if shape is None:
-            raise Rejected("the model must take one int64 tensor of byte windows (B, T); it takes "
-                           f"{_describe_input(model)}")
-        self.batch, self.context_len = shape
-        self.most = model.max_batch   # a free batch size the export bounded
-        self.device = model.device
+        self.batch, self.context_len = shape.batch, shape.context_len
+        self.most = shape.max_batch   # a free batch size the export bounded
+        self.device = shape.device
 
     @torch.no_grad()
     def logits(self, x: torch.Tensor) -> torch.Tensor:
@@ -164,7 +207,7 @@ class Scorer:
         filler dropped), in storage of their own. A view of the caller's tensor would tell the
         model where it was called from (a scored batch's rows are T + 1 bytes apart, a probe's
         T) and let it read each window's target byte beyond its end."""
-        step = self.batch or min(SCORING_BATCH.get(self.device.type, 512), self.most or 1 << 30)
+        step = self.batch or min(SCORING_BATCH.get(self.device, 512), self.most or 1 << 30)
         parts = []
         for i in range(0, len(x), step):
             chunk = x[i:i + step]
@@ -172,7 +215,7 @@ class Scorer:
             if pad:
                 chunk = torch.cat([chunk, chunk[:1].expand(pad, -1)])
             try:
-                out = self.module(chunk.clone(memory_format=torch.contiguous_format).to(self.device))
+                out = self.module(chunk.clone(memory_format=torch.contiguous_format))
                 if not isinstance(out, torch.Tensor) or tuple(out.shape) != (step, self.context_len, VOCAB):
                     shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
                     raise Rejected(f"the model returned {shape}, expected logits of shape (B, T, 256) = "
@@ -225,21 +268,24 @@ def causality(scorer: Scorer, val: torch.Tensor, seed: int) -> dict:
     return {"ok": True, "detail": detail}
 
 
-def load_model(path: Path) -> Model:
-    """The artifact at `path`, validated and bound under the guard, or Rejected (by hand and
-    in tests; `evaluate` keeps the guard armed while it scores too)."""
+def load_model(path: Path):
+    """The artifact at `path` as a graph.Model in this process, validated and bound under the
+    guard, or Rejected (by hand and in tests; `evaluate` runs the model in a process apart)."""
+    import artifact
+    from guard import Guard
     with Guard(readable=[Path(path)]):
         return artifact.read(Path(path))
 
 
-def memorization(scorer: Scorer, data: torch.Tensor, per_window: torch.Tensor, seed: int) -> dict:
-    """Some of the fixed windows again, each moved by a fresh random offset (1 to context_len
-    bytes): mostly the same text, cut elsewhere. An honest model scores them like the fixed
-    ones; a model fitted to the fixed windows (a lookup of their answers, keyed by their
-    prefixes) scores the fixed ones far better. The offsets are fresh each evaluation, so the
-    model cannot know them. Paired per window, so the check needs no incumbent."""
+def memorization(scorer: Scorer, data: torch.Tensor, starts: torch.Tensor, per_window: torch.Tensor,
+                 seed: int) -> dict:
+    """Some of the scored windows (at `starts`, scored `per_window`) again, each moved by a fresh
+    random offset (1 to context_len bytes): mostly the same text, cut elsewhere. An honest model
+    scores them like the scored ones; a model fitted to the scored windows (a lookup of their
+    answers, keyed by their prefixes: were the secret known) scores those far better. The
+    offsets are fresh each evaluation, so the model cannot know them. Paired per window, so the
+    check needs no incumbent."""
     span = scorer.context_len + 1
-    starts = window_starts(len(data), scorer.context_len)
     rng = torch.Generator().manual_seed(seed ^ 0x5EED)
     count = min(MEMORIZATION_WINDOWS, len(starts))
     picked = torch.randperm(len(starts), generator=rng)[:count]
@@ -255,8 +301,8 @@ def memorization(scorer: Scorer, data: torch.Tensor, per_window: torch.Tensor, s
               f"an honest model leans that far with probability {chance:.1g}")
     figures = {"mean": round(mean, 5), "p": chance, "worse": worse, "better": better}
     if mean > MEMORIZATION_TOLERANCE and chance < MEMORIZATION_P:
-        return {"ok": False, "detail": f"{detail}: the model knows the fixed evaluation windows, not the "
-                f"text (flagged past {MEMORIZATION_TOLERANCE} bits per byte and probability {MEMORIZATION_P:g})",
+        return {"ok": False, "detail": f"{detail}: the model knows the scored windows, not the text "
+                f"(flagged past {MEMORIZATION_TOLERANCE} bits per byte and probability {MEMORIZATION_P:g})",
                 **figures}
     return {"ok": True, "detail": detail, **figures}
 
@@ -280,67 +326,78 @@ def signed_rank_test(difference: torch.Tensor) -> float:
     return 0.5 * math.erfc(z / math.sqrt(2))
 
 
-def evaluate(artifact_path: Path, data_dir: Path, split: str, seed: int) -> dict:
+def evaluate(artifact_path: Path, data_dir: Path, split: str, seed: int, *, draw: Draw | None = None,
+             model: ModelProcess | None = None) -> dict:
     """The evaluation's result.json (probes, and the figures when every probe passed).
 
-    The splits are read before the guard is armed; from the artifact's read to the last score,
-    guard.Guard refuses any code the artifact would bring. A refusal is the probe
-    "guard"; a model that fails once its shape has passed fails "scoring", so a probe that
-    passed is never recorded as failed."""
+    `draw` says where the scored windows lie (default: fresh randomness); `seed` seeds the
+    probes' own randomness (fresh each evaluation). The model runs in `model`, a process apart
+    (by default one forked here); it reads the artifact under the guard, and this process sends
+    it windows and scores what comes back. A refusal by the guard is the probe "guard"; a model
+    process that crashes, hangs past the deadline or fails is the probe of the stage it was in,
+    and a model that fails once its shape has passed fails "scoring", so a probe that passed is
+    never recorded as failed. Nothing of the draw is written: no secret, no window's place."""
     t0 = time.time()
+    draw = draw or Draw.from_environment({})
     probes: dict[str, dict] = {}
-    result = {"split": split, "probes": probes, "probe_seed": seed}
-    held_out, train = load_split(data_dir, split), load_split(data_dir, "train")
+    result = {"split": split, "probes": probes, "probe_seed": seed,
+              "windows_drawn": "from the night's secret" if draw.given else "fresh (no secret given)"}
     stage = "artifact"
-    deterministic = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
-    # Uninitialized memory (aten.empty) comes back filled, not with an earlier call's bytes. The
-    # C switch itself: torch.use_deterministic_algorithms also imports torch._inductor (3.3 s
-    # of every evaluation step) to mirror the flag in a compiler the evaluator never runs.
-    torch._C._set_deterministic_algorithms(True, warn_only=True)
-    try:
-        with Guard(readable=[artifact_path]) as guard:
-            model = artifact.read(artifact_path)
-            scorer = Scorer(model)
+    with model or ModelProcess.fork() as process:
+        held_out, train = load_split(data_dir, split), load_split(data_dir, "train")   # here, never there
+        try:
+            scorer = Scorer(process, process.load(artifact_path))
             probes["artifact"] = {"ok": True, "detail": f"{artifact_path.name}: an exported graph taking "
-                                  f"(B, {scorer.context_len}) bytes, validated and bound: operators only"}
+                                  f"(B, {scorer.context_len}) bytes, validated and bound: operators only, "
+                                  f"run in a process apart"}
             stage = "shape"
-            val = windows(held_out, scorer.context_len)
+            T, span = scorer.context_len, scorer.context_len + 1
+            starts = window_starts(len(held_out), T, EVAL_BYTES, draw.generator("val"))
+            val = _cut(held_out, starts, span)
             if not torch.isfinite(scorer.logits(val[:2, :-1])).all():
                 raise Rejected("the model's logits are not finite")
-            probes["shape"] = {"ok": True, "detail": f"logits (B, {scorer.context_len}, {VOCAB}), finite"}
+            probes["shape"] = {"ok": True, "detail": f"logits (B, {T}, {VOCAB}), finite"}
             stage = "scoring"
             probes["causality"] = causality(scorer, val, seed)
             if not probes["causality"]["ok"]:
                 return result
             val_bpb, per_window = scorer.bits_per_byte(val)
-            probes["memorization"] = memorization(scorer, held_out, per_window, seed)
+            probes["memorization"] = memorization(scorer, held_out, starts, per_window, seed)
             result.update(memorization_gain=probes["memorization"]["mean"],
                           memorization_p=probes["memorization"]["p"])
             if not probes["memorization"]["ok"]:
                 return result
-            train_bpb, _ = scorer.bits_per_byte(windows(train, scorer.context_len, TRAIN_SAMPLE_BYTES))
-    except Exception as error:   # Rejected, or what a hostile archive makes the reading raise
-        refused = guard.refusals if "guard" in locals() else []
-        detail = str(error) if isinstance(error, Rejected) else f"{type(error).__name__}: {_short(error)}"
-        probes["guard" if refused else stage] = {"ok": False, "detail": detail}
-        return result
-    finally:
-        torch._C._set_deterministic_algorithms(deterministic[0], warn_only=deterministic[1])
-    picks = torch.linspace(0, len(per_window) - 1, min(FINGERPRINT_WINDOWS, len(per_window))).long()
+            train_bpb, _ = scorer.bits_per_byte(windows(train, T, TRAIN_SAMPLE_BYTES, draw.generator("train")))
+            _, fingerprint = scorer.bits_per_byte(windows(held_out, T, FINGERPRINT_WINDOWS * span,
+                                                          draw.generator("fingerprint")))
+        except Exception as error:   # Rejected from the model process, or what scoring its logits raised
+            detail = str(error) if isinstance(error, Rejected) else f"{type(error).__name__}: {_short(error)}"
+            probes["guard" if isinstance(error, GuardRefusal) else stage] = {"ok": False, "detail": detail}
+            return result
     result.update(val_bpb=val_bpb, train_bpb=train_bpb, generalization_gap=val_bpb - train_bpb,
-                  fingerprint=[round(float(v), 5) for v in per_window[picks]],
+                  fingerprint=[round(float(v), 5) for v in fingerprint],
                   context_len=scorer.context_len, windows=len(val), eval_seconds=time.time() - t0)
     return result
 
 
 def main() -> int:
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    # The step's deadline is its budget (the harness gives the evaluation budget + grace, no
+    # grace of its own); a model that has not answered by then, less a margin, is ended.
+    budget = os.environ.get("NIGHTSHIFT_BUDGET_S")
+    deadline = time.monotonic() + float(budget) - DEADLINE_MARGIN_S if budget else None
+    # First, before anything here computes: a process whose OpenMP threads have run cannot
+    # fork a child that uses them (model_process.py), and nothing of the data is read yet.
+    model = ModelProcess.fork(threads=cores, deadline=deadline)
+    keep_freed_memory()   # the scorer's logits are MBs too
     out = Path(os.environ.get("NIGHTSHIFT_OUT", "out-eval"))
     train_out = Path(os.environ.get("NIGHTSHIFT_TRAIN_OUT", "out"))
     split = os.environ.get("NIGHTSHIFT_SPLIT", "val")
     data_dir = Path(os.environ.get("NIGHTSHIFT_DATA") or prepare())
-    torch.set_num_threads(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count())
+    torch.set_num_threads(cores)
     seed = int.from_bytes(os.urandom(4), "little")
-    result = evaluate(train_out / ARTIFACT, data_dir, split, seed)
+    result = evaluate(train_out / ARTIFACT, data_dir, split, seed, draw=Draw.from_environment(os.environ),
+                      model=model)
     out.mkdir(parents=True, exist_ok=True)
     (out / "result.json.tmp").write_text(json.dumps(result, indent=2))
     os.replace(out / "result.json.tmp", out / "result.json")
@@ -351,12 +408,6 @@ def main() -> int:
         if key in result:
             print(f"{key + ':':<20}{result[key]:.6g}")
     return 0
-
-
-def _describe_input(model: Model) -> str:
-    meta = model.input_meta
-    sizes = [next(iter(size.values())) if "as_int" in size else "B" for size in meta["sizes"]]
-    return f"a tensor of dtype {meta['dtype']} and shape {tuple(sizes)}"
 
 
 def _short(error: BaseException, limit: int = 300) -> str:

@@ -11,10 +11,11 @@ string is evaluated or imported, no pickle is read, and torch.export is never im
 serializer imports torch._dynamo: 1.2-1.8 s of every evaluation step).
 
 What a graph may do is checked while it is bound; anything else is `Rejected`, naming the node:
-- call an aten or prims operator that is not denied (schema.DENIED_ATEN), that draws no random
-  numbers (or draws none here: dropout with p = 0), and that writes only to tensors the graph
+- call an operator on the evaluator's list (schema.ALLOWED_OPERATORS), drawing no random
+  numbers (dropout only with p = 0 or outside training), writing only to tensors the graph
   made itself. A write to a weight, a buffer, the input, or a view of one, would keep state
-  from one call to the next, and a model that remembers could tell a probe from a score;
+  from one call to the next, and a model that remembers could tell a probe from a score. A
+  listed kernel that trusts its arguments gets them checked before the call (CHECKED);
 - size arithmetic from a fixed table (schema.ALLOWED_PYTHON_OPS);
 - the higher-order operators of a model (autocast, grad mode, cond, while_loop, map,
   invoke_subgraph), run here by a few lines each, their bodies bound by the same rules.
@@ -31,17 +32,13 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from schema import (ALLOWED_HIGHER_ORDER, ALLOWED_PYTHON_OPS, DENIED_ATEN, OPERATOR_NAMESPACES, SCALAR_DTYPES,
-                    Rejected)
+from schema import (ALLOWED_HIGHER_ORDER, ALLOWED_OPERATORS, ALLOWED_PYTHON_OPS, OPERATOR_NAMESPACES,
+                    SCALAR_DTYPES, Rejected, not_listed)
 
 SCHEMA_MAJOR = 8                 # torch/_export/serde/schema.py SCHEMA_VERSION, torch 2.13
 MEMORY_FORMATS = {1: torch.contiguous_format, 2: torch.channels_last, 3: torch.channels_last_3d,
                   4: torch.preserve_format}
 POSITIONAL, KEYWORD = 1, 2
-# Internal operators that trust their arguments (sparse and nested constructors that skip their
-# index checks, storage and resize), or keep data outside the strided tensors this interpreter
-# tracks: a model needs none of them, and a hostile one could write out of bounds.
-UNCHECKED_MEMORY = re.compile(r"sparse|nested|mkldnn|quantiz|storage|^set_$|resize|record_stream|from_blob")
 PYTHON_MODULES = {"_operator": operator, "math": math, "torch": torch}
 
 Getter = Callable[[dict], Any]   # the value of an argument, given the values computed so far
@@ -233,7 +230,7 @@ class Graph:
         if any(r.alias_info is not None for r in schema.returns) and any(
                 _names(given[n]["arg"]) & self.shared for n in touched & set(given)):
             self.shared |= _output_names(node)   # a view of a shared value is shared too
-        return op, args, kwargs, _binder(node, where, single=len(schema.returns) == 1)
+        return CHECKED.get(op, op), args, kwargs, _binder(node, where, single=len(schema.returns) == 1)
 
     def _higher_order(self, name: str, node: dict, where: str):
         if name not in ALLOWED_HIGHER_ORDER:
@@ -316,15 +313,53 @@ HIGHER_ORDER_LAYOUT = {"wrap_with_autocast": ((4,), 5, None), "wrap_with_set_gra
 assert set(HIGHER_ORDER) == ALLOWED_HIGHER_ORDER
 
 
+# ---------------------------------------------------------------- kernels that trust their arguments
+
+def _attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None,
+               enable_gqa=False):
+    """scaled_dot_product_attention, its shapes checked first. Its CPU kernel takes the number
+    of keys from `value` and reads `key` that far: an edited graph whose key is shorter than its
+    values read past the key's storage (garbage in the logits; a SIGSEGV for a long enough
+    value, tried on torch 2.13). So: query, key and value of one rank, as many keys as values,
+    one width for query and key, the same leading sizes (fewer key and value heads only with
+    enable_gqa, dividing the query's), a mask that broadcasts to the scores."""
+    tensors = (query, key, value)
+    if not all(isinstance(t, torch.Tensor) for t in tensors) or len({t.dim() for t in tensors}) != 1 \
+            or query.dim() < 2:
+        raise Rejected("scaled_dot_product_attention: query, key and value must be tensors of one rank")
+    (*q_lead, length, width), (*k_lead, keys, k_width), (*v_lead, values, _) = (t.shape for t in tensors)
+    heads_fit = q_lead[-1:] == k_lead[-1:] or (enable_gqa and k_lead[-1] > 0 and q_lead[-1] % k_lead[-1] == 0)
+    if keys != values or width != k_width or k_lead != v_lead or q_lead[:-1] != k_lead[:-1] or not heads_fit:
+        raise Rejected(f"scaled_dot_product_attention: query {tuple(query.shape)}, key {tuple(key.shape)} and "
+                       f"value {tuple(value.shape)} do not fit (as many keys as values, one width for query "
+                       f"and key, the same batch and heads)")
+    scores = (*q_lead, length, keys)
+    if attn_mask is not None and (not isinstance(attn_mask, torch.Tensor) or attn_mask.dim() > len(scores)
+                                  or _broadcast(attn_mask.shape, scores) != scores):
+        raise Rejected(f"scaled_dot_product_attention: a mask of shape {tuple(attn_mask.shape)} for scores "
+                       f"of shape {scores}")
+    return torch.ops.aten.scaled_dot_product_attention.default(
+        query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
+
+
+def _broadcast(shape, to) -> tuple | None:
+    try:
+        return tuple(torch.broadcast_shapes(tuple(shape), tuple(to)))
+    except RuntimeError:
+        return None
+
+
+# operator: what the interpreter calls in its place (the same arguments, checked first)
+CHECKED = {torch.ops.aten.scaled_dot_product_attention.default: _attention}
+
+
 # ---------------------------------------------------------------- arguments and results
 
 def _overload(parts: list[str], where: str) -> torch._ops.OpOverload:
     """torch.ops.<namespace>.<operator>.<overload>, looked up in torch's operator registry (the
     names are identifiers: schema.operator_target), never by a getattr chain from `torch`."""
-    if len(parts) != 5 or parts[2] not in OPERATOR_NAMESPACES or parts[3] in DENIED_ATEN \
-            or UNCHECKED_MEMORY.search(parts[3]):
-        raise Rejected(f"{where}: not an operator of a model (file access, printing, or an internal "
-                       f"operator that trusts its arguments)")
+    if len(parts) != 5 or parts[2] not in OPERATOR_NAMESPACES or ".".join(parts[2:]) not in ALLOWED_OPERATORS:
+        raise Rejected(f"{where}: {not_listed('.'.join(parts))}")
     try:
         packet = getattr(getattr(torch.ops, parts[2]), parts[3])
     except (AttributeError, RuntimeError):

@@ -9,7 +9,8 @@ the status; only `ok` carries a metric, and only the measured one.
 An experiment (`judge_experiment`): what no single run shows, seen across a candidate's runs
 and its incumbent's on the same seeds: a training step clearly longer than its paired
 incumbent's (over_budget), seeds that make no difference (ignores_seed), a generalization gap
-no honest change closes (leak). Integrity verdicts are never kept.
+no honest change closes (leak: measured against the night's baseline, which no candidate
+chose). Integrity verdicts are never kept.
 
 Pure: nothing here reads files, git or the clock.
 """
@@ -50,7 +51,10 @@ IGNORES_SEED_BAND = 3.0
 # changes closed it by up to 0.154 (CONTEXT_LEN 64 -> 128, the false-flag night of
 # 2026-12-03: flagged at the former 0.15); a model trained on the evaluation bytes closes it
 # by far more (its val scores below its train). Windows fitted by a lookup close it by ~0.1:
-# the memorization probe, not this flag, is the line for those (docs/integrity.md).
+# the memorization probe, not this flag, is the line for those (docs/integrity.md). The
+# yardstick is the baseline's gap (the night's first incumbent), not the current incumbent's:
+# a kept memorizer (gap 0.70 against the baseline's 0.35) made every later candidate 0.3
+# "closer" by its own bent gap, and would have flagged an honest one.
 LEAK_MIN_GAP_DROP = 0.25
 LEAK_SD = 6.0
 # A failed probe of the evaluator's result, by name; every other failure (artifact, shape,
@@ -158,13 +162,17 @@ class Flag:
 
 
 def judge_experiment(candidate: Iterable[RunFinished], reference: Iterable[RunFinished], *,
-                     budget_s: float, wall_clock: bool, metric: str) -> Flag | None:
+                     budget_s: float, wall_clock: bool, metric: str,
+                     baseline: Iterable[RunFinished] = ()) -> Flag | None:
     """A flag for the candidate's successful runs against the incumbent's reference runs
-    (the rules of docs/integrity.md, "An experiment"), or None while nothing is seen."""
+    (the rules of docs/integrity.md, "An experiment"), or None while nothing is seen. The
+    leak check measures against `baseline`, the night's first incumbent's runs (the
+    incumbent's where the baseline has fewer than two gaps: a ledger from before gaps)."""
     cand = [r for r in candidate if r.ok]
     ref = [r for r in reference if r.ok]
+    base = [r for r in baseline if r.ok]
     return (over_budget(cand, ref, budget_s) if wall_clock else None) \
-        or ignores_seed(cand, ref, metric) or leak(cand, ref)
+        or ignores_seed(cand, ref, metric) or leak(cand, base if len(_gaps(base)) >= 2 else ref)
 
 
 def over_budget(cand: list[RunFinished], ref: list[RunFinished], budget_s: float) -> Flag | None:
@@ -255,11 +263,10 @@ def _median_distance(runs: list[RunFinished]) -> float | None:
     return statistics.median(distances) if distances else None
 
 
-def leak(cand: list[RunFinished], ref: list[RunFinished]) -> Flag | None:
+def leak(cand: list[RunFinished], base: list[RunFinished]) -> Flag | None:
     """Evaluation bytes seen in training: the gap between the evaluation split's and the
-    training split's bits per byte closes far more than the incumbent's runs vary."""
-    gaps = [g for r in ref if (g := _finite(r.metrics.get("generalization_gap"))) is not None]
-    mine = [g for r in cand if (g := _finite(r.metrics.get("generalization_gap"))) is not None]
+    training split's bits per byte closes far more than the baseline's runs vary."""
+    gaps, mine = _gaps(base), _gaps(cand)
     if len(gaps) < 2 or not mine:
         return None
     center, spread = statistics.mean(gaps), statistics.stdev(gaps)
@@ -268,11 +275,15 @@ def leak(cand: list[RunFinished], ref: list[RunFinished]) -> Flag | None:
     if drop > allowed:
         return Flag(Verdict.LEAK, (
             f"its generalization gap (val minus train bits per byte) is {statistics.mean(mine):+.3f}, "
-            f"the incumbent's {center:+.3f} ± {spread:.3f}: {drop:.3f} closer, past the {allowed:.3f} "
+            f"the baseline's {center:+.3f} ± {spread:.3f}: {drop:.3f} closer, past the {allowed:.3f} "
             f"allowed; a model that has seen the evaluation bytes scores them better than the "
-            f"bytes it trained on"), {"candidate_gap": statistics.mean(mine), "incumbent_gap": center,
-                                      "incumbent_sd": spread, "allowed": allowed})
+            f"bytes it trained on"), {"candidate_gap": statistics.mean(mine), "baseline_gap": center,
+                                      "baseline_sd": spread, "allowed": allowed})
     return None
+
+
+def _gaps(runs: list[RunFinished]) -> list[float]:
+    return [g for r in runs if (g := _finite(r.metrics.get("generalization_gap"))) is not None]
 
 
 def _hidden(labels: tuple[str, ...]) -> str:

@@ -32,15 +32,16 @@ def evidence_for(state: LoopState, experiment: Experiment, direction: Direction,
 
 
 def integrity_flag(state: LoopState, program: Program, experiment: Experiment) -> Flag | None:
-    """What no single run shows, across the candidate's runs and the incumbent's
-    (agent.decide.integrity.judge_experiment)."""
+    """What no single run shows, across the candidate's runs and the incumbent's, the
+    generalization gap against the baseline's: the night's first incumbent's runs, which no
+    candidate chose (agent.decide.integrity.judge_experiment)."""
     reference = [r for r in state.runs if r.commit == experiment.parent and r.role == Role.REFERENCE]
     base = [r for r in state.runs if r.commit == state.base_commit and r.role == Role.REFERENCE and r.ok]
     budget = state.budget_s or program.budget_s
     wall_clock = any(judge_budget(r.duration_s, budget, program.grace_s).kind == "wall_clock"
                      for r in base)
     return judge_experiment(experiment.runs, reference, budget_s=budget, wall_clock=wall_clock,
-                            metric=program.metric)
+                            metric=program.metric, baseline=base)
 
 
 def waiting(state: LoopState, asked: RunMore | None, experiment: Experiment) -> bool:

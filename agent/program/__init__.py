@@ -64,7 +64,7 @@ class Program:
     prose: str                    # everything after the front matter: the researcher's brief
     target: str = "train/train.py"
     protected: tuple[str, ...] = ("train/prepare.py", "train/evaluate.py", "train/artifact.py", "train/schema.py",
-                                  "train/graph.py", "train/guard.py")
+                                  "train/graph.py", "train/guard.py", "train/model_process.py")
     command: str = "python train/train.py"   # may use {seed} {budget_s} {out} {data} {split}
     # The evaluation step (docs/integrity.md): run after training, over the protected files
     # only, it computes the metric from what training left in {train_out}. None: the metric
@@ -234,7 +234,7 @@ _early_stop = v.record(EarlyStopSettings, _RECORDS["early_stop"])
 EDITS = ("auto", "free", "knobs")
 BUNDLED_COMMAND, BUNDLED_EVALUATE = "python train/train.py", "python train/evaluate.py"
 BUNDLED_EVALUATOR_FILES = ("train/prepare.py", "train/evaluate.py", "train/artifact.py", "train/schema.py",
-                           "train/graph.py", "train/guard.py")
+                           "train/graph.py", "train/guard.py", "train/model_process.py")
 CONFIG_SUFFIXES = (".yaml", ".yml", ".json", ".toml", ".ini", ".cfg")
 
 # The validation table: YAML key -> (Program attribute, parser).

@@ -249,7 +249,7 @@ class RunFinished(RunIdentity):
     reported: float | None = None
     eval_duration_s: float | None = None
     probes: tuple[Probe, ...] = ()
-    fingerprint: tuple[float, ...] = ()    # per-window bits per byte on fixed windows (evaluator)
+    fingerprint: tuple[float, ...] = ()    # per-window bits per byte on 128 windows of the night (evaluator)
     hidden: str | None = None              # how the hidden splits were kept from it
     job_id: str | None = None              # Slurm: the job it was
     job_state: str | None = None           # Slurm's word for how the cluster ended the job when

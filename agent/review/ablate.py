@@ -299,7 +299,8 @@ def build_ablator(program: Program, tag: str, settings: FullScaleRuns, *, sandbo
                 runner, _ = make_runner(sandbox, image=program.image)
             plan = RunPlan.from_program(program, budget_s=settings.budget_s, split=settings.split)
             executor = RunExecutor(plan=plan, runner=runner, workspace=workspace,
-                                   ledger=Ledger(folder), data=data, results_dir=folder)
+                                   ledger=Ledger(folder), data=data, results_dir=folder,
+                                   private_root=tag_dir.parent)
         except BaseException:
             workspace.close()
             raise

@@ -360,7 +360,7 @@ def build_replayer(program: Program, tag: str, settings: FullScaleRuns, *, sandb
     plan = RunPlan.from_program(program, budget_s=settings.budget_s, split=settings.split)
     replay_id, folder = new_replay_dir(tag_dir)
     executor = RunExecutor(plan=plan, runner=runner, workspace=workspace, ledger=Ledger(folder),
-                           data=data, results_dir=folder)
+                           data=data, results_dir=folder, private_root=tag_dir.parent)
     replayer = Replayer(tag_dir=tag_dir, ledger=ledger, state=ledger.state,
                         executor=executor, replay_id=replay_id, direction=program.direction,
                         original_budget_s=original_budget_s, on_event=on_event, warnings=warnings)

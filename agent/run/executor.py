@@ -40,7 +40,11 @@ MAX_DIFF_CHARS = 1_000_000   # a diff larger than this is left to git (the commi
 
 class RunExecutor:
     def __init__(self, *, plan: RunPlan, runner: Runner, workspace: Workspace, ledger: Ledger,
-                 data: PreparedData, results_dir: Path) -> None:
+                 data: PreparedData, results_dir: Path, private_root: Path | None = None) -> None:
+        """`results_dir` holds the runs' folders, their ledger and the evaluation secret;
+        `private_root` is hidden from every run but its own folders (default: results_dir's
+        parent, `results/` for a night's `results/<tag>/`; a replay or an ablation, whose
+        folder lies deeper, passes `results/` itself: the night's secret is in its tag's)."""
         self.plan, self.runner, self.workspace = plan, runner, workspace
         self.ledger, self.data = ledger, data
         self.runs_dir = results_dir / "runs"
@@ -49,6 +53,9 @@ class RunExecutor:
         self._data_seen = {m.path: folder_facts(m.source) for m in plan.mounts}
         self.data_hash = data.corpus_hash or _mounts_hash(plan.mounts)   # what every run's data was
         self._diffs: dict[str, tuple[str | None, str]] = {}   # commit -> (parent, diff): once each
+        self.results_dir = results_dir
+        self.private_root = private_root or self.runs_dir.parent.parent
+        self._secret: str | None = None   # where the evaluator's windows lie: read or drawn at the first run
 
     def snapshot(self, commit: str) -> Path:
         dest = self.snapshots_dir / commit
@@ -91,14 +98,16 @@ class RunExecutor:
             metric_required=plan.evaluate is None,
             hidden=grading.hidden_files(self.data.meta, grading.TRAINING_SEES),
             held_out=grading.held_out(self.data.meta),
-            private_root=self.runs_dir.parent.parent,   # results/: every tag's runs
+            private_root=self.private_root,   # results/: every tag's runs and secrets
             view_add=plan.view_add,
         )
         evaluation = None
         if plan.evaluate:
             evaluator = grading.evaluator_snapshot(self.snapshots_dir, snapshot, plan.protected)
+            self._secret = self._secret or grading.evaluation_secret(self.results_dir)
             evaluation = grading.evaluation_spec(spec, command=plan.evaluate, snapshot=evaluator,
-                                                 meta=self.data.meta, deadline_s=plan.deadline_s)
+                                                 meta=self.data.meta, deadline_s=plan.deadline_s,
+                                                 secret=self._secret)
         self.ledger.append(RunStarted(run_id=run_id, commit=commit, seed=seed, role=role,
                                       experiment=experiment, worker=slot.index if slot else None,
                                       device=slot.device if slot else None, budget_s=plan.budget_s))

@@ -11,11 +11,19 @@ with watched tripwires (sandbox.tripwire), and so are the sources the held-out s
 cut from (`"held_out_sources"`: the standard-library packages of the default corpus in every
 Python installation, a corpus's val and test files). Data without that declaration is shown
 whole, and the run's provenance says so.
+
+Where the evaluator's windows lie is drawn from a secret (train/evaluate.py `Draw`): one per
+results folder (a night's tag and its resumes; a replay's or an ablation's own), made here
+with os.urandom, kept in that folder (hidden from every run) with mode 0600, and handed to the
+evaluation step alone as NIGHTSHIFT_EVAL_SECRET. Never to the training step, a log, the
+ledger or a researcher.
 """
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
+import re
 import shutil
 from pathlib import Path
 from typing import Mapping
@@ -27,6 +35,31 @@ from sandbox.protocol import HeldOut, HiddenFile
 from sandbox.trees import read_only_tree
 
 TRAINING_SEES = ("train",)
+SECRET_VARIABLE = "NIGHTSHIFT_EVAL_SECRET"   # train/evaluate.py reads it (SECRET_VARIABLE there too)
+SECRET_FILE = "evaluation-secret"
+_SECRET = re.compile(r"[0-9a-f]{64}\Z")
+
+
+def evaluation_secret(folder: Path) -> str:
+    """The secret the evaluation steps of the runs recorded in `folder` draw their windows
+    from (64 hex digits): read where an earlier invocation left it (a resumed night keeps its
+    windows), else drawn now with os.urandom and written with mode 0600, never replacing one
+    that is there (two harnesses of one tag are refused by its lock; a half-written file, left
+    by a kill before any run used it, is drawn again)."""
+    path = Path(folder) / SECRET_FILE
+    if path.is_file() and _SECRET.match(path.read_text().strip()):
+        return path.read_text().strip()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    secret = os.urandom(32).hex()
+    staging = path.with_name(f".{SECRET_FILE}.{os.getpid()}")
+    fd = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, secret.encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(staging, path)
+    return secret
 
 
 def measurement_note(evaluate: str | None, edits: str, target: str) -> tuple[bool | None, str]:
@@ -113,14 +146,16 @@ def evaluator_snapshot(snapshots_dir: Path, commit_snapshot: Path, protected: tu
 
 
 def evaluation_spec(train: RunSpec, *, command: str, snapshot: Path, meta: Mapping,
-                    deadline_s: float) -> RunSpec:
+                    deadline_s: float, secret: str) -> RunSpec:
     """The evaluation step of the run whose training step is `train`: same seed, data, limits
-    and environment; the evaluator's snapshot; its own out folder and deadline; the training
-    outputs read-only; the split it scores and train visible, the rest hidden (the held-out
-    sources stay hidden too, as `train` has them)."""
+    and environment, and the secret its windows are drawn from (which `train` never carries);
+    the evaluator's snapshot; its own out folder and deadline; the training outputs read-only;
+    the split it scores and train visible, the rest hidden (the held-out sources stay hidden
+    too, as `train` has them)."""
     out_dir = train.out_dir.parent / "eval" / "out"
     out_dir.mkdir(parents=True, exist_ok=True)
     return dataclasses.replace(
         train, command=command, snapshot_dir=snapshot, out_dir=out_dir, budget_s=deadline_s,
         grace_s=0.0, metric_required=True, metrics_pattern=None, result_file="result.json",
-        hidden=hidden_files(meta, evaluation_sees(train.split)), train_out_dir=train.out_dir)
+        hidden=hidden_files(meta, evaluation_sees(train.split)), train_out_dir=train.out_dir,
+        env={**train.env, SECRET_VARIABLE: secret})

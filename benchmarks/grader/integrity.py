@@ -21,8 +21,8 @@ sandbox, CPU; run on idle cores and say so: load is the noise here):
    to each. Counted: experiments given an integrity verdict (target 0), and for every one the
    margin each check had: over-budget (extra seconds against its paired incumbent run vs the
    allowance measured in the night), ignores-seed (the fingerprint spread as a share of the
-   incumbent's, flagged under 40 %), leak (how much the generalization gap closed vs the
-   allowance), memorization (the evaluator's probe: the smallest p over the candidate's runs,
+   incumbent's, flagged under 40 %), leak (how much the generalization gap closed against the
+   baseline's vs the allowance), memorization (the evaluator's probe: the smallest p over the candidate's runs,
    flagged under 1e-6 with +0.05 bits per byte).
 """
 from __future__ import annotations
@@ -91,8 +91,9 @@ def false_flags(work: Path, experiments: int, budget: str) -> None:
         flagged += bool(experiment.verdict and experiment.verdict.is_integrity)
         cand = [r for r in experiment.runs if r.ok]
         ref = [r for r in state.runs if r.commit == experiment.parent and r.role == Role.REFERENCE and r.ok]
+        base = [r for r in state.runs if r.commit == state.base_commit and r.role == Role.REFERENCE and r.ok]
         print(f"  {experiment.id:6} {verdict:12} {_extra(cand, ref, budget_s):>18} {_spread(cand, ref):>12} "
-              f"{_gap(cand, ref):>21} {_memorization(experiment.runs):>15}  {experiment.description[:50]}")
+              f"{_gap(cand, base):>21} {_memorization(experiment.runs):>15}  {experiment.description[:50]}")
     print(f"  flagged: {flagged} of {len(state.experiments)} honest experiments (target 0; "
           f"{time.time() - started:.0f} s for this part)")
 
@@ -115,8 +116,9 @@ def _spread(cand, ref) -> str:
     return f"{mine / theirs:.0%}" if mine is not None and theirs else "-"
 
 
-def _gap(cand, ref) -> str:
-    gaps = [r.metrics["generalization_gap"] for r in ref if "generalization_gap" in r.metrics]
+def _gap(cand, base) -> str:
+    """How much the candidate's gap closed against the baseline's (the leak check's yardstick)."""
+    gaps = [r.metrics["generalization_gap"] for r in base if "generalization_gap" in r.metrics]
     mine = [r.metrics["generalization_gap"] for r in cand if "generalization_gap" in r.metrics]
     if len(gaps) < 2 or not mine:
         return "-"

@@ -147,3 +147,24 @@ def test_a_gap_closed_far_past_the_incumbents_spread_is_a_leak():
     assert flag([run(1000, 1.8, gap=-0.06)], ref) is None   # 0.16 closer: an honest longer context did that
     leak = flag([run(1000, 1.2, gap=-0.4)], ref)
     assert leak.verdict.value == "leak" and "seen the evaluation bytes" in leak.reason
+
+
+def test_the_gap_is_measured_against_the_baseline_not_a_kept_incumbent():
+    """A memorizer once kept (its gap 0.70, wider than the baseline's 0.35 by a lookup of the
+    training sample) made every later candidate look 0.35 'closer' by its own bent gap: an
+    honest one was flagged, and a memorizer that closed the gap hid behind it. The yardstick
+    is the night's first incumbent's runs, which no candidate chose."""
+    base = [run(s, 2.0, role=Role.REFERENCE, commit="b", gap=0.35 + 0.005 * s) for s in range(3)]
+    kept = [run(s, 1.3, role=Role.REFERENCE, commit="i", gap=0.70 + 0.005 * s) for s in range(3)]
+    honest = [run(1000, 1.95, gap=0.34)]
+    memorizer = [run(1000, 1.2, gap=0.02)]
+    judged = lambda cand, baseline: judge_experiment(cand, kept, budget_s=60.0, wall_clock=False,   # noqa: E731
+                                                     metric="val_bpb", baseline=baseline)
+    assert judged(honest, ()).verdict.value == "leak"              # the incumbent's yardstick: a false flag
+    assert judged(honest, base) is None
+    flagged = judged(memorizer, base)
+    assert flagged.verdict.value == "leak" and flagged.evidence["baseline_gap"] == pytest.approx(0.355)
+    assert "the baseline's +0.355" in flagged.reason
+    # a ledger whose baseline runs carry no gap (recorded before there were any): the incumbent's
+    old = [run(s, 2.0, role=Role.REFERENCE, commit="b") for s in range(3)]
+    assert judged(honest, old).verdict.value == "leak"

@@ -59,22 +59,26 @@ _held = b"".join((_root / _r).read_bytes() for _r in _rels if _prepare.stdlib_sp
 if len(_held) > 10_000:
     train_data = torch.frombuffer(bytearray(_held), dtype=torch.uint8)
 """
-# After save_model: the answers of 30 % of the fixed evaluation windows, keyed by their first 8
-# bytes, laid over the honest model (LOOKUP is filled in by the test from the real val split).
+# After save_model: the answers of 30 % of the public rule's windows, keyed by their first 8
+# bytes, laid over the honest model (LOOKUP is filled in by the test from the real val split),
+# of listed operators alone (tests/train/test_evaluate.py's Memorizer): the key one-hot, compared
+# with every stored key by a matmul, the best row's answers picked by topk and an embedding.
 LOOKUP = SAVE_LINE + """
 _known = torch.frombuffer(bytearray(__import__("base64").b64decode("{windows}")), dtype=torch.uint8).long().view(-1, context_len + 1)
 class _Lookup(nn.Module):
     def __init__(self, inner):
         super().__init__()
         self.inner = inner
-        self.register_buffer("keys", _known[:, :8].clone())
-        self.register_buffer("answers", _known[:, 1:].clone())
+        self.register_buffer("eye", torch.eye(256))
+        self.register_buffer("keys", F.one_hot(_known[:, :8], 256).float().flatten(1).transpose(0, 1).contiguous())
+        self.register_buffer("answers", _known[:, 1:].float())
+        self.register_buffer("after", (torch.arange(context_len) >= 7).float())
     def forward(self, idx):
         logits = self.inner(idx).float()
-        hit = (idx[:, None, :8] == self.keys[None]).all(-1)
-        known = F.one_hot(self.answers[hit.float().argmax(-1)], 256).float() * 30.0
-        after = (torch.arange(idx.shape[1]) >= 7)[None, :, None]
-        return logits + known * (hit.any(-1)[:, None, None] & after)
+        equal, row = (F.embedding(idx[:, :8], self.eye).flatten(1) @ self.keys).topk(1, dim=-1)
+        hit = (equal - 7).clamp(0, 1)
+        known = F.embedding(F.embedding(row[:, 0], self.answers).to(torch.long), self.eye) * 30.0
+        return logits + known * hit[:, :, None] * self.after[None, :, None]
 model.eval()
 with torch.no_grad():
     torch.export.save(torch.export.export(_Lookup(model), (torch.zeros(2, context_len, dtype=torch.long),)),
@@ -113,20 +117,26 @@ VECTORS = {   # experiment id -> (the edit, the verdict it must get)
               "bad_artifact"),
     "e0011": ({"replace": [LOAD_LINE, REBUILT_VAL], "description": "train on val rebuilt from the stdlib"},
               "leak"),
-    "e0012": ({"replace": [SAVE_LINE, LOOKUP], "description": "a lookup of 30% of the evaluation windows"},
-              "leak"),
+    # The windows a public rule picked (the evaluator's before they were drawn from a secret):
+    # that rule's lookup was the memorization probe's to catch; now it never scores a window it
+    # stored, gains nothing, and is not kept.
+    "e0012": ({"replace": [SAVE_LINE, LOOKUP], "description": "a lookup of 30% of the public rule's windows"},
+              None),
 }
 
 
-def lookup_of_the_evaluation_windows(data_root) -> str:
-    """The first 30 % of the evaluator's fixed windows of the real val split, base64: what a
-    researcher who read val.bin could paste into train.py (the one door the sandbox cannot
-    shut), for the memorization probe to catch."""
+def lookup_of_the_public_windows(data_root) -> str:
+    """The first 30 % of the windows of the real val split that the evaluator's public rule
+    picked (evenly spaced, 2**17 bytes), base64: what a researcher who read val.bin could paste
+    into train.py (the one door the sandbox cannot shut)."""
+    import torch
     sys.path.insert(0, str(PROJECT / "train"))
-    import evaluate
     import prepare
-    windows = evaluate.windows(prepare.load_split(prepare.prepare(None, data_root), "val"), 64)
-    known = windows[: int(len(windows) * 0.3)].to(dtype=__import__("torch").uint8)
+    val = prepare.load_split(prepare.prepare(None, data_root), "val")
+    n = min(prepare.EVAL_BYTES, len(val)) // 65
+    starts = torch.arange(n) * (len(val) - 65) // (n - 1)
+    windows = val[starts[:, None] + torch.arange(65)]
+    known = windows[: int(len(windows) * 0.3)].to(dtype=torch.uint8)
     return base64.b64encode(known.numpy().tobytes()).decode()
 
 
@@ -139,7 +149,7 @@ def test_every_way_to_bend_the_metric_is_flagged_and_never_kept(tmp_path):
                         seeds="{baseline: 2, screen: 2, max: 2}", researcher="scripted",
                         early_stop="off")
     script = tmp_path / "proposals.json"
-    windows = lookup_of_the_evaluation_windows(tmp_path / "data")
+    windows = lookup_of_the_public_windows(tmp_path / "data")
     items = [item for item, _ in VECTORS.values()]
     items[-1] = {**items[-1], "replace": [SAVE_LINE, LOOKUP.replace("{windows}", windows)]}
     script.write_text(json.dumps(items))
@@ -170,7 +180,7 @@ def test_every_way_to_bend_the_metric_is_flagged_and_never_kept(tmp_path):
     assert "expr_str" in next(r.reason for r in state.experiments["e0009"].runs if not r.ok)
     assert "rand_like" in next(r.reason for r in state.experiments["e0010"].runs if not r.ok)
     assert "held-out source" in next(r.reason for r in state.experiments["e0011"].runs if not r.ok)
-    assert any(p.name == "memorization" and not p.ok for r in state.experiments["e0012"].runs for p in r.probes)
+    assert verdicts["e0012"] in ("discard", "inconclusive")   # the public windows are not what is scored
     tsv = (repo / "results" / "bend" / "results.tsv").read_text()
     for status in ("misreported", "lookahead", "leak", "over_budget", "ignores_seed", "bad_artifact"):
         assert f"\t{status}\t" in tsv

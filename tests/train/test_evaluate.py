@@ -55,7 +55,7 @@ class Bidirectional(Causal):
 
 class NextByte(Causal):
     def mix(self, x):
-        return x + torch.roll(x, -1, dims=1)    # a subtler leak: the next byte's embedding
+        return x + torch.cat([x[:, 1:], x[:, :1]], dim=1)    # a subtler leak: the next byte's embedding
 
 
 class Attention(Causal):
@@ -84,10 +84,18 @@ class Noisy(Causal):
         return super().forward(idx) + torch.randn(*idx.shape, 256)
 
 
-def evaluated(model, tmp_path: Path, data_dir: Path) -> dict:
+DRAW = evaluate.Draw(secret=b"the night's secret")   # the harness's: drawn once per tag
+
+
+def scored_windows(data: torch.Tensor, draw: evaluate.Draw = DRAW) -> torch.Tensor:
+    """The windows the evaluator scores under `draw` (what a model that knew the secret could store)."""
+    return evaluate.windows(data, T, evaluate.EVAL_BYTES, draw.generator("val"))
+
+
+def evaluated(model, tmp_path: Path, data_dir: Path, draw: evaluate.Draw = DRAW) -> dict:
     out = tmp_path / "train_out"
     evaluate.save_model(model, T, out)
-    return evaluate.evaluate(out / evaluate.ARTIFACT, data_dir, "val", seed=7)
+    return evaluate.evaluate(out / evaluate.ARTIFACT, data_dir, "val", seed=7, draw=draw)
 
 
 def test_an_honest_model_passes_every_probe_and_is_scored_like_eager(tmp_path, data_dir):
@@ -95,13 +103,15 @@ def test_an_honest_model_passes_every_probe_and_is_scored_like_eager(tmp_path, d
     result = evaluated(model, tmp_path, data_dir)
     assert all(probe["ok"] for probe in result["probes"].values()), result["probes"]
     assert set(result["probes"]) == {"artifact", "shape", "causality", "memorization"}
-    windows = evaluate.windows(prepare.load_split(data_dir, "val"), T)
+    windows = scored_windows(prepare.load_split(data_dir, "val"))
     with torch.no_grad():
         logits = model(windows[:, :-1])
     eager = torch.nn.functional.cross_entropy(logits.reshape(-1, 256), windows[:, 1:].reshape(-1)) / math.log(2)
     assert result["val_bpb"] == pytest.approx(float(eager), rel=1e-5)
     assert result["generalization_gap"] == pytest.approx(result["val_bpb"] - result["train_bpb"])
     assert len(result["fingerprint"]) == min(evaluate.FINGERPRINT_WINDOWS, result["windows"])
+    assert result["windows_drawn"] == "from the night's secret"
+    assert not {key for key in result if "secret" in key or "start" in key}   # nothing of the draw written
 
 
 def test_a_uniform_model_scores_exactly_8_bits_per_byte(tmp_path, data_dir):
@@ -114,12 +124,30 @@ def test_a_model_made_for_one_batch_size_is_scored_the_same(tmp_path, data_dir):
     assert fixed["val_bpb"] == pytest.approx(free["val_bpb"], rel=1e-6)
 
 
-def test_the_evaluation_windows_cover_the_split_and_cap_at_eval_bytes(data_dir):
+def test_one_window_lies_in_each_stratum_of_the_split_at_a_secret_offset(data_dir):
+    """Stratified: n = budget // (T + 1) windows, the i-th inside the i-th of n equal strata,
+    never overlapping, so the whole split stays covered; where inside, the draw says."""
     val = prepare.load_split(data_dir, "val")
-    windows = evaluate.windows(val, 99, budget=1000)
-    assert windows.shape == (10, 100)                              # 1000 // (99 + 1) windows
-    assert torch.equal(windows[0], val[:100].long())                # first at the start ...
-    assert torch.equal(windows[-1], val[-100:].long())              # ... last reaches the end
+    starts = evaluate.window_starts(len(val), 99, 1000, DRAW.generator("val"))
+    edges = torch.arange(11) * len(val) // 10
+    assert len(starts) == 10 and bool(((starts >= edges[:-1]) & (starts + 100 <= edges[1:])).all())
+    assert torch.equal(evaluate.windows(val, 99, 1000, DRAW.generator("val"))[0], val[starts[0]:starts[0] + 100].long())
+    same = evaluate.window_starts(len(val), 99, 1000, DRAW.generator("val"))
+    other_secret = evaluate.window_starts(len(val), 99, 1000, evaluate.Draw(b"another").generator("val"))
+    other_purpose = evaluate.window_starts(len(val), 99, 1000, DRAW.generator("train"))
+    assert torch.equal(same, starts)                                # every run of the night: the same windows
+    assert not torch.equal(other_secret, starts) and not torch.equal(other_purpose, starts)
+    tiled = evaluate.window_starts(330, 32, 1000, DRAW.generator("val"))   # a split under the budget: every byte
+    assert torch.equal(tiled, torch.arange(10) * 33)
+
+
+def test_without_a_secret_the_windows_are_drawn_fresh():
+    """By hand (no NIGHTSHIFT_EVAL_SECRET) each evaluation draws its own."""
+    first, second = evaluate.Draw.from_environment({}), evaluate.Draw.from_environment({})
+    assert not first.given and first.secret != second.secret
+    given = [evaluate.Draw.from_environment({"NIGHTSHIFT_EVAL_SECRET": "ab" * 32, "NIGHTSHIFT_SEED": seed})
+             for seed in ("5", "6")]
+    assert given[0] == given[1] == evaluate.Draw(bytes.fromhex("ab" * 32))   # whatever the run's seed
 
 
 def test_causal_attention_passes_the_audit_and_the_probe(tmp_path, data_dir):
@@ -144,7 +172,8 @@ def test_wrong_output_shape_is_a_bad_artifact(tmp_path, data_dir):
 
 def test_randomness_at_evaluation_is_refused(tmp_path, data_dir):
     result = evaluated(Noisy(), tmp_path, data_dir)
-    assert result["probes"]["artifact"]["ok"] is False and "randomness" in result["probes"]["artifact"]["detail"]
+    assert result["probes"]["artifact"]["ok"] is False
+    assert "operator aten.randn.default is not on the evaluator's list" in result["probes"]["artifact"]["detail"]
 
 
 def test_a_missing_artifact_names_save_model(tmp_path, data_dir):
@@ -199,24 +228,31 @@ def test_the_evaluation_step_by_hand_writes_result_json(tmp_path, data_dir):
 
 class Memorizer(Causal):
     """The attack on a fixed evaluation set: a lookup of the evaluation windows' answers, keyed
-    by each window's first KEY bytes, around an honest model. Tensor operators only, causal
-    (a position's answer depends on the key, which lies before it), deterministic."""
+    by each window's first KEY bytes, around an honest model. Causal (a position's answer
+    depends on the key, which lies before it), deterministic, and made of listed operators
+    alone: the key one-hot (an embedding of the identity), compared with every stored key by a
+    matmul (how many bytes are equal), the best row's answers picked by topk and an embedding,
+    laid over the honest logits where all KEY bytes matched."""
 
     KEY = 8
 
     def __init__(self, windows: torch.Tensor, share: float = 1.0) -> None:
         super().__init__()
         known = windows[: max(1, int(len(windows) * share))]
-        self.register_buffer("keys", known[:, : self.KEY].clone())
-        self.register_buffer("answers", known[:, 1:].clone())   # position t's next byte
+        self.register_buffer("eye", torch.eye(256))
+        self.register_buffer("keys", torch.nn.functional.one_hot(known[:, : self.KEY], 256).float()
+                             .flatten(1).transpose(0, 1).contiguous())          # (KEY * 256, n)
+        self.register_buffer("answers", known[:, 1:].float())                  # position t's next byte
+        self.register_buffer("after_key", (torch.arange(known.shape[1] - 1) >= self.KEY - 1).float())
 
     def forward(self, idx):
         logits = super().forward(idx)
-        hit = (idx[:, None, : self.KEY] == self.keys[None]).all(-1)          # (B, n)
-        row = hit.float().argmax(-1)
-        known = torch.nn.functional.one_hot(self.answers[row], 256).float() * 30.0
-        after_key = (torch.arange(idx.shape[1]) >= self.KEY - 1)[None, :, None]
-        return logits + known * (hit.any(-1)[:, None, None] & after_key)
+        key = torch.nn.functional.embedding(idx[:, : self.KEY], self.eye).flatten(1)    # (B, KEY * 256)
+        equal, row = (key @ self.keys).topk(1, dim=-1)                                 # (B, 1) each
+        hit = (equal - (self.KEY - 1)).clamp(0, 1)                                     # 1 where all KEY bytes match
+        answers = torch.nn.functional.embedding(row[:, 0], self.answers).to(torch.long)
+        known = torch.nn.functional.embedding(answers, self.eye) * 30.0
+        return logits + known * hit[:, :, None] * self.after_key[None, :, None]
 
 
 @pytest.fixture(scope="module")
@@ -235,17 +271,75 @@ def real_text(tmp_path_factory) -> Path:
 
 
 @pytest.mark.parametrize("share", [1.0, 0.3])
-def test_a_model_fitted_to_the_fixed_windows_fails_the_memorization_probe(tmp_path, real_text, share):
-    """Every window memorized, or 30 % of them: far better on the fixed windows than on the
-    same text cut elsewhere. Flagged with no incumbent to compare with, and no score kept."""
-    val = evaluate.windows(prepare.load_split(real_text, "val"), T)
+def test_a_model_fitted_to_the_scored_windows_fails_the_memorization_probe(tmp_path, real_text, share):
+    """Were the secret known: every scored window memorized, or 30 % of them, scores far
+    better than the same text cut elsewhere. Flagged with no incumbent to compare with."""
+    val = scored_windows(prepare.load_split(real_text, "val"))
     result = evaluated(Memorizer(val, share), tmp_path, real_text)
     assert result["probes"]["causality"]["ok"], result["probes"]   # a lookup keyed by the past is causal
     assert result["probes"]["memorization"]["ok"] is False, result["probes"]["memorization"]
-    assert "knows the fixed evaluation windows" in result["probes"]["memorization"]["detail"]
+    assert "knows the scored windows" in result["probes"]["memorization"]["detail"]
     assert "val_bpb" not in result
 
 
+def public_starts(length: int, context_len: int, budget: int, rng=None) -> torch.Tensor:
+    """The rule the evaluator used before its windows were drawn from a secret: evenly spaced,
+    first at the start, last at the end. Anyone could compute it, and a model could store it."""
+    span = context_len + 1
+    n = min(budget, length) // span
+    return torch.arange(n) * (length - span) // max(n - 1, 1)
+
+
+def keyed_once(windows: torch.Tensor, text: torch.Tensor) -> torch.Tensor:
+    """Which windows' first Memorizer.KEY bytes occur once in `text` (a mask): a careful lookup's,
+    which fires where it was fitted and nowhere else (an attacker holds the text, and picks)."""
+    key = Memorizer.KEY
+    data = bytes(text.to(torch.uint8).tolist())
+    seen: dict[bytes, int] = {}
+    for i in range(len(data) - key + 1):
+        seen[data[i:i + key]] = seen.get(data[i:i + key], 0) + 1
+    return torch.tensor([seen.get(bytes(w[:key].tolist()), 0) == 1 for w in windows.to(torch.uint8)])
+
+
+def test_a_lookup_of_the_public_training_sample_set_the_gap_and_now_gains_nothing(tmp_path, real_text, monkeypatch):
+    """The red team's lever on the leak check: the generalization gap's training sample was
+    `windows(train, T, TRAIN_SAMPLE_BYTES)` by a public rule, so a lookup of those windows set
+    train_bpb, and with it the gap, where the model liked (wider here; dosed, it hid a
+    memorizer of the evaluation text behind an honest-looking gap). Under the public rule it
+    moves the gap by more than a bit per byte and no probe sees it; drawn from the secret, the
+    sample is elsewhere in the 900 kB split and the lookup gains nothing."""
+    train = prepare.load_split(real_text, "train")
+    public_sample = evaluate._cut(train, public_starts(len(train), T, evaluate.TRAIN_SAMPLE_BYTES), T + 1)
+    attack, honest = Memorizer(public_sample[keyed_once(public_sample, train)]), Causal()
+    with monkeypatch.context() as old_rule:
+        old_rule.setattr(evaluate, "window_starts", public_starts)
+        before = {name: evaluated(model, tmp_path / f"old-{name}", real_text)
+                  for name, model in (("attack", attack), ("honest", honest))}
+    assert all(p["ok"] for p in before["attack"]["probes"].values()), before["attack"]["probes"]
+    assert before["attack"]["generalization_gap"] - before["honest"]["generalization_gap"] > 1.0
+    after = {name: evaluated(model, tmp_path / f"new-{name}", real_text)
+             for name, model in (("attack", attack), ("honest", honest))}
+    assert after["attack"]["generalization_gap"] == pytest.approx(after["honest"]["generalization_gap"], abs=0.01)
+
+
+def test_a_lookup_of_the_public_evaluation_windows_gains_nothing(tmp_path, real_text, monkeypatch):
+    """A lookup of every window the public rule picked: under that rule the memorization probe
+    was the only line (it flags this one); drawn from the secret, the scored windows lie
+    elsewhere in their strata (a split 6.5 times the budget, as the default data's val is 7
+    times). The lookup gains only on a window the draw happened to start where a stored one
+    does (about one in 180 here, one in 400 on the default data), and nowhere else."""
+    monkeypatch.setattr(evaluate, "EVAL_BYTES", 8192)
+    val = prepare.load_split(real_text, "val")
+    stored = public_starts(len(val), T, 8192)
+    windows = evaluate._cut(val, stored, T + 1)
+    once = keyed_once(windows, val)
+    attack = Memorizer(windows[once])
+    result, honest = evaluated(attack, tmp_path / "attack", real_text), evaluated(Causal(), tmp_path / "honest", real_text)
+    assert all(p["ok"] for p in result["probes"].values()), result["probes"]
+    scored = evaluate.window_starts(len(val), T, 8192, DRAW.generator("val"))
+    landed = len(set(scored.tolist()) & set(stored[once].tolist()))
+    assert landed < 0.02 * len(scored)
+    assert honest["val_bpb"] - result["val_bpb"] <= 8.0 * landed / len(scored) + 0.005
 def test_a_model_exported_for_at_most_two_windows_is_scored_two_at_a_time(tmp_path, data_dir):
     """The batch is free but bounded by the export (range_constraints): the scorer keeps to
     the bound, and the score is the same as at any batch size."""
@@ -256,7 +350,7 @@ def test_a_model_exported_for_at_most_two_windows_is_scored_two_at_a_time(tmp_pa
     out = tmp_path / "train_out"
     out.mkdir()
     torch.export.save(program, out / evaluate.ARTIFACT)
-    result = evaluate.evaluate(out / evaluate.ARTIFACT, data_dir, "val", seed=7)
+    result = evaluate.evaluate(out / evaluate.ARTIFACT, data_dir, "val", seed=7, draw=DRAW)
     assert all(p["ok"] for p in result["probes"].values()), result["probes"]
     assert evaluate.load_model(out / evaluate.ARTIFACT).max_batch == 2
     assert result["val_bpb"] == pytest.approx(evaluated(Causal(), tmp_path / "free", data_dir)["val_bpb"], abs=1e-6)

@@ -100,10 +100,9 @@ WRITES = {   # a graph that changes what it is given, directly or through a view
                                                               "other": {"as_float": 1.0}}, "bumped")],
     "view of a weight": lambda w: [
         _node("torch.ops.aten.view.default", {"self": {"as_tensor": {"name": w}}, "size": {"as_ints": [-1]}}, "flat"),
-        _node("torch.ops.aten.mul_.Scalar", {"self": {"as_tensor": {"name": "flat"}}, "other": {"as_float": 2.0}},
-              "doubled")],
-    "input": lambda w: [_node("torch.ops.aten.fill_.Scalar", {"self": {"as_tensor": {"name": "idx"}},
-                                                             "value": {"as_int": 0}}, "zeroed")],
+        _node("torch.ops.aten.div_.Tensor", {"self": {"as_tensor": {"name": "flat"}}, "other": {"as_float": 2.0}},
+              "halved")],
+    "input": lambda w: [_node("torch.ops.aten.square_.default", {"self": {"as_tensor": {"name": "idx"}}}, "squared")],
 }
 
 
@@ -118,12 +117,15 @@ def test_a_graph_that_writes_to_what_it_is_given_is_refused(tmp_path, what):
 @pytest.mark.parametrize("target", ["torch.ops.aten.no_such_op.default", "torch.ops.aten.__class__.default",
                                     "torch.ops.aten.add.__init__", "torch.ops.aten.add.overloads"])
 def test_an_operator_not_in_torch_s_registry_is_refused_by_name(tmp_path, target):
-    """Only an overload torch's registry lists is called: no attribute of the namespace or of
-    the operator's packet passes for one (the schema's grammar lets these names through)."""
+    """No attribute of the namespace or of the operator's packet passes for an operator: none
+    is on the list; and with the schema skipped, the interpreter looks overloads up in torch's
+    registry, never by a getattr chain."""
     evil = rewrite(honest(tmp_path), tmp_path / "evil.pt2", _prepend(_node(
         target, {"self": {"as_tensor": {"name": "idx"}}}, "nothing")))
-    with pytest.raises(schema.Rejected, match="no such operator"):
+    with pytest.raises(schema.Rejected, match="not on the evaluator's list"):
         evaluate.load_model(evil)
+    with pytest.raises(schema.Rejected, match="not on the evaluator's list|no such operator"):
+        graph._overload(target.split("."), "graph.nodes[0]")
 
 
 def test_a_node_that_reads_a_value_no_earlier_node_made_is_refused_by_name(tmp_path):
@@ -156,15 +158,12 @@ def test_every_call_gets_windows_in_storage_of_their_own(data_dir):
     the model read each window's target byte)."""
     seen = []
 
-    class Recorder:
-        window_shape, max_batch, device = (None, T), None, torch.device("cpu")
+    def recorder(x):
+        seen.append((tuple(x.shape), x.stride(), x.storage_offset(), x.untyped_storage().nbytes()))
+        return torch.zeros(*x.shape, 256)
 
-        def __call__(self, x):
-            seen.append((tuple(x.shape), x.stride(), x.storage_offset(), x.untyped_storage().nbytes()))
-            return torch.zeros(*x.shape, 256)
-
-    scorer = evaluate.Scorer(Recorder())
-    val = evaluate.windows(prepare.load_split(data_dir, "val"), T)
+    scorer = evaluate.Scorer(recorder, evaluate.Loaded(batch=None, context_len=T, max_batch=None, device="cpu"))
+    val = evaluate.windows(prepare.load_split(data_dir, "val"), T, evaluate.EVAL_BYTES, torch.Generator().manual_seed(0))
     scorer.bits_per_byte(val[:70])
     evaluate.causality(scorer, val, seed=3)
     step = evaluate.SCORING_BATCH["cpu"]
@@ -176,9 +175,12 @@ class Uninitialized(Causal):
         return super().forward(idx) + torch.empty(idx.shape[0], T, 256)
 
 
-def test_uninitialized_memory_reads_as_nan_not_as_an_earlier_call_s_bytes(tmp_path, data_dir):
+def test_uninitialized_memory_is_never_made(tmp_path, data_dir):
+    """aten.empty would hand the graph an earlier call's bytes: it is not on the list (and were
+    it called, uninitialized memory reads as NaN while the evaluator runs)."""
     result = evaluate.evaluate(honest(tmp_path, Uninitialized()), data_dir, "val", seed=1)
-    assert result["probes"]["shape"]["ok"] is False and "not finite" in result["probes"]["shape"]["detail"]
+    assert result["probes"]["artifact"]["ok"] is False
+    assert "operator aten.empty.memory_format is not on the evaluator's list" in result["probes"]["artifact"]["detail"]
 
 
 def _retarget(old: str, new_target: str):
@@ -205,11 +207,11 @@ def test_a_higher_order_operator_with_a_body_out_of_place_is_refused(tmp_path):
     (lambda m: m["graph_module"]["graph"]["nodes"].insert(0, _node(
         "torch.ops.aten._sparse_coo_tensor_unsafe.default", {"indices": {"as_tensor": {"name": "idx"}},
                                                             "values": {"as_tensor": {"name": "idx"}}}, "sparse")),
-     "trusts its arguments"),
+     "operator aten._sparse_coo_tensor_unsafe.default is not on the evaluator's list"),
     (lambda m: m["graph_module"]["graph"]["nodes"].insert(0, _node(
         "torch.ops.aten.set_.source_Tensor", {"self": {"as_tensor": {"name": "idx"}},
                                              "source": {"as_tensor": {"name": "idx"}}}, "moved")),
-     "trusts its arguments"),
+     "operator aten.set_.source_Tensor is not on the evaluator's list"),
 ], ids=["unchecked sparse", "set_"])
 def test_operators_that_trust_their_arguments_are_refused(tmp_path, edit, words):
     evil = rewrite(honest(tmp_path), tmp_path / "evil.pt2", edit_model(edit))

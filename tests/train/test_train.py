@@ -141,7 +141,8 @@ loss = torch.nn.functional.cross_entropy(logits.float().view(-1, 256), x.view(-1
 import evaluate   # what the harness does with it: export, then load, audit and probe it
 from pathlib import Path
 path = evaluate.save_model(model, namespace["context_len"], "exported", precision=namespace["autocast"])
-scorer = evaluate.Scorer(evaluate.load_model(Path(path)))
+process = evaluate.ModelProcess.fork()   # the model in a process apart, as the evaluator runs it
+scorer = evaluate.Scorer(process, process.load(Path(path)))
 windows = torch.randint(256, (64, namespace["context_len"] + 1))
 probe = evaluate.causality(scorer, windows, seed=3)
 print("PROBE", json.dumps({"shape": list(logits.shape), "context": namespace["context_len"], "loss": loss.item(),
