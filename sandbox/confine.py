@@ -19,7 +19,8 @@ no PID namespace is available.
 With `--read-only-root --root DIR`, the run gets a new root filesystem built in DIR (a fresh
 tmpfs) from an allow-list, and nothing else of the host: each `--bind SRC DEST` mounts host
 path SRC read-only at DEST, each `--bind-rw SRC DEST` writable (the run's out, home and tmp),
-each `--link PATH TEXT` is a symlink as the host has it (`/lib -> usr/lib`); then a private
+each `--link PATH TEXT` is a symlink as the host has it (`/lib -> usr/lib`), each `--empty DIR`
+an empty folder over what a bind before it brought (in the order given); then a private
 /proc, a read-only /sys, a private /dev holding the usual character devices and the
 accelerators and no disk (`private_dev`), a private /tmp and /dev/shm; the new root itself is
 read-only. With `--overlay DIR UPPER WORK`, DIR (the snapshot) is covered by an overlayfs whose
@@ -134,7 +135,11 @@ def make_root(root: str, binds: list[tuple[str, str, bool]], links: list[tuple[s
         if not os.path.lexists(place):
             os.symlink(text, place)
     for source, target, writable in binds:
-        bind(libc, source, root + target, writable)
+        if source:
+            bind(libc, source, root + target, writable)
+        else:   # an empty folder over what a bind above brought (the results folder in a data folder)
+            os.makedirs(root + target, exist_ok=True)
+            _mount(libc, "tmpfs", root + target, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")
     if overlay:
         lower, upper, work = overlay
         os.makedirs(root + lower, exist_ok=True)
@@ -197,6 +202,8 @@ def main(argv: list[str]) -> int:
             root = argv.pop(0)
         elif flag in ("--bind", "--bind-rw"):
             binds.append((argv.pop(0), argv.pop(0), flag == "--bind-rw"))
+        elif flag == "--empty":
+            binds.append(("", argv.pop(0), False))
         elif flag == "--link":
             links.append((argv.pop(0), argv.pop(0)))
         elif flag == "--read-only-root":

@@ -210,14 +210,15 @@ class LocalRunner(Runner):
             confine += ["--read-only-root", "--root", str(root.resolve())]
             for path, text in seen.links:
                 confine += ["--link", path, text]
-            for bind in seen.binds:
-                confine += ["--bind", bind.source, bind.target]
             own = {Path(p).resolve() for p in writable}
             reads = [spec.data_dir, spec.train_out_dir] + ([] if layers or where in own else [where])
-            for folder in dict.fromkeys(str(Path(p).resolve()) for p in reads if p is not None):
-                confine += ["--bind", folder, folder]
-            for folder in writable:
-                confine += ["--bind-rw", str(folder.resolve()), str(folder.resolve())]
+            mounts = [["--bind", bind.source, bind.target] for bind in seen.binds]
+            mounts += [["--bind", folder, folder] for folder in
+                       dict.fromkeys(str(Path(p).resolve()) for p in reads if p is not None)]
+            mounts += [["--bind-rw", str(p), str(p)] for p in own]
+            mounts += _results_out_of_sight(spec, mounts)
+            for mount in sorted(mounts, key=lambda m: Path(m[-1]).parts.__len__()):   # parents first
+                confine += mount
             if layers is not None:
                 confine += ["--overlay", str(where), *(str(p.resolve()) for p in layers)]
             for mount in spec.mounts:
@@ -234,6 +235,17 @@ class LocalRunner(Runner):
             confine += ["--cpus", ",".join(str(c) for c in limits.cpuset)]
         confine.append("--pdeathsig")   # without namespaces, confine and the command die with us
         return argv + confine + ["--", "/bin/sh", "-c", spec.shell_command(python=spec.python)]
+
+
+def _results_out_of_sight(spec: RunSpec, mounts: list[list[str]]) -> list[list[str]]:
+    """An empty folder over the harness's results folder where a folder the run reads holds it
+    (a data folder around the repository): other runs' models and the tag's evaluation secret
+    stay out of sight, and the run's own folders in it are bound after, on top."""
+    if spec.private_root is None:
+        return []
+    results = Path(spec.private_root).resolve()
+    around = [m for m in mounts if m[0] == "--bind" and results.is_relative_to(Path(m[1])) and Path(m[1]) != results]
+    return [["--empty", str(results)]] if around else []
 
 
 def scrubbed_env(spec: RunSpec, home: Path, tmp: Path, run_id: str) -> dict[str, str]:
