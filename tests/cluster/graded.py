@@ -12,8 +12,9 @@ from tests.night.test_scheduler import PROGRAM, SLEEPY
 
 GRADED_SCRIPT = SLEEPY.replace('json.dump({"val_bpb": value,', 'json.dump({"model": value, "train": open(os.path.join('
                                'os.environ["NIGHTSHIFT_DATA"], "train.bin")).read(), "val_size": os.path.getsize(os.path.join('
-                               'os.environ["NIGHTSHIFT_DATA"], "val.bin")), "source_size": os.path.getsize(json.load(open('
-                               'os.path.join(os.environ["NIGHTSHIFT_DATA"], "meta.json")))["held_out_sources"]["paths"][0]),')   # stats: no open
+                               'os.environ["NIGHTSHIFT_DATA"], "val.bin")), "source_size": next((os.path.getsize(p) for p in '
+                               '[json.load(open(os.path.join(os.environ["NIGHTSHIFT_DATA"], "meta.json")))["held_out_sources"]["paths"][0]] '
+                               'if os.path.exists(p)), None),')   # stats: no open; None: not in the run's view
 PREPARE = """import json, os
 root = os.path.join(os.environ["NIGHTSHIFT_DATA_ROOT"], "splits")
 os.makedirs(root, exist_ok=True)

@@ -50,7 +50,7 @@ def test_a_night_on_the_cluster_lands_on_both_nodes_and_brings_results_back(tmp_
         assert log.exists() and result.exists()                      # shipped back to the head
         trained = json.loads(result.read_text())
         assert trained["train"] == "train bytes" and trained["val_size"] == 0   # val hidden from training
-        assert trained["source_size"] == 0                                     # and its source
+        assert trained["source_size"] is None           # and its source: outside the run's view
         assert "val_bpb:" in (log.parent / "eval" / "log.txt").read_text()  # the evaluation's, back too
     assert_no_run_twice(state)
     assert any(r.role == Role.CANDIDATE for r in runs)
