@@ -8,6 +8,7 @@ Exit codes scripts can rely on (`agent.record.events.ExitCode`):
   4  the loop could not go on (the incumbent fails to run, the sandbox is unavailable, a full
      disk, a git error); the message says which, and `run --tag` resumes once it is fixed
   5  the tag is busy: its loop runs in another process (named by PID and host)
+  6  `nightshift wait`: no verdict within --timeout (wait again)
   130 interrupted with Ctrl-C (the ledger is closed cleanly; `run --tag` resumes)
 """
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Callable
 
 import typer
 
-from agent.cli import check, morning, night, serve
+from agent.cli import agents, check, morning, night, serve
 
 app = typer.Typer(
     help="Nightshift: an autonomous ML research loop you can trust with your GPUs overnight.\n\n"
@@ -45,6 +46,11 @@ command(check.check)
 command(night.run)
 command(night.seed)
 command(night.noise)
+# an agent driving the night (--researcher external)
+command(agents.checkout)
+command(agents.propose)
+command(agents.wait)
+command(agents.done)
 # the morning
 command(morning.status)
 command(morning.replay)

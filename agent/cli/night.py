@@ -60,6 +60,10 @@ def run(
     allow_dirty: bool = typer.Option(False, "--allow-dirty", help="Run HEAD as committed although "
                                      "the target or protected files have uncommitted changes "
                                      "(they are not used)."),
+    agent_silence: Optional[str] = typer.Option(
+        None, "--agent-silence", help="With --researcher external: stop the night when the agent "
+        "proposes nothing for this long after the night's last news (a decision), e.g. 30m "
+        "(default 60m). Time the agent spends waiting on runs does not count."),
     serve: bool = typer.Option(False, "--serve", help="Serve the night's live page beside it "
                                "(as `nightshift serve --tag`; it stops with the night)."),
     serve_host: str = typer.Option("127.0.0.1", "--serve-host", help="The page's address (anything "
@@ -81,11 +85,20 @@ def run(
                           "workers": workers, "overlap": overlap, "cluster": cluster,
                           "cluster_address": cluster_address})
     tag = tag or default_tag()
+    silence_s = None
+    if agent_silence is not None:
+        from agent.program import parse_duration
+
+        try:
+            silence_s = parse_duration(agent_silence)
+        except Exception:
+            raise fail(f"--agent-silence {agent_silence!r}: expected a duration like 30m or 2h.") from None
     observer = RichObserver(console, metric=prog.metric)
     page = start_beside_night(prog, tag, serve_host, serve_port) if serve else None
     try:
         session = open_session(prog, tag, researcher=prog.researcher, observer=observer,
-                               script=script, seed=seed, fresh=fresh, allow_dirty=allow_dirty)
+                               script=script, seed=seed, fresh=fresh, allow_dirty=allow_dirty,
+                               silence_s=silence_s)
     except BaseException:
         if page is not None:
             page.stop()

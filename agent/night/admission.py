@@ -16,6 +16,8 @@ import enum
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from git import GitCommandError
+
 from agent.night.proposals import Ready
 from agent.record.events import Prediction, ProposalRebased
 from agent.record.state import Experiment
@@ -23,7 +25,7 @@ from agent.researchers import Proposal
 from agent.target.knobs import KnobError, knob_edit
 from agent.workspace.gate import check_source
 from agent.workspace.merge import three_way_merge
-from agent.workspace.repo import Workspace, candidate_message
+from agent.workspace.repo import Workspace, WorkspaceError, candidate_message
 
 
 class Fate(enum.Enum):
@@ -49,18 +51,39 @@ def admit(ready: Ready, experiment_id: str, incumbent: str, workspace: Workspace
     assert proposal is not None, "a rejected proposal is recorded invalid before admission"
     current = workspace.read(target, incumbent)
     rebased = None
+    if proposal.base and proposal.base != incumbent:
+        unfit = _unfit_base(proposal.base, incumbent, workspace)
+        if unfit:
+            return Admission(Fate.INVALID, proposal, unfit)
     if ready.proposed_on != incumbent:
         merged = three_way_merge(workspace.read(target, ready.proposed_on), current, proposal.source)
         outcome = "conflict" if merged is None or merged == current else "rebased"
         rebased = ProposalRebased(id=experiment_id, proposed_on=ready.proposed_on, onto=incumbent,
                                   outcome=outcome)
         if outcome == "conflict":
+            if proposal.base:   # the researcher chose its base: asking again gets another proposal
+                return Admission(Fate.INVALID, proposal, (
+                    f"made on {ready.proposed_on[:8]}, it conflicts with what was kept since "
+                    f"(the incumbent is {incumbent[:8]}): check out the incumbent again and redo "
+                    f"the edit there"), rebased)
             if ready.attempts >= max_asks:
                 return Admission(Fate.INVALID, proposal, f"conflicted with a newer incumbent "
                                  f"{ready.attempts} times", rebased)
             return Admission(Fate.ASK_AGAIN, proposal, rebased=rebased)
         proposal = dataclasses.replace(proposal, source=merged)
     return _gated(proposal, current, target, knobs_only, rebased)
+
+
+def _unfit_base(base: str, incumbent: str, workspace: Workspace) -> str | None:
+    """Why a base a researcher named cannot carry its edit (None: it can): an edit is rebased
+    from the incumbent or one of its ancestors, never from a commit the night did not keep."""
+    try:
+        if workspace.is_ancestor(base, incumbent):
+            return None
+    except (WorkspaceError, GitCommandError):   # not a commit of this repository at all
+        return f"its base {base[:12]} is not a commit of this repository"
+    return (f"its base {base[:8]} is neither the incumbent {incumbent[:8]} nor one of its "
+            f"ancestors (a discarded candidate?): check out the incumbent and edit that")
 
 
 def reapply(superseded: Experiment, experiment_id: str, incumbent: str, workspace: Workspace,

@@ -53,7 +53,7 @@ from agent.record.events import (Decision, DecisionMade, ExitCode, LookTaken, Lo
 from agent.record.ledger import Ledger
 from agent.record.state import Experiment, LoopState
 from agent.record.views import TsvWriter
-from agent.researchers import Outcome, ResearchContext, Researcher, ResearcherError
+from agent.researchers import Outcome, ResearchContext, Researcher, ResearcherDone, ResearcherError
 from agent.workspace.repo import Workspace, WorkspaceError
 from cluster.protocol import Dispatched, OnDispatched, OnDone, JobOutcome, Workers
 from sandbox import Status
@@ -163,6 +163,8 @@ class ResearchLoop:
                 self._fill(reference_only=True)
                 if not self.flight:
                     if reason == "researcher":
+                        if isinstance(self._researcher_error, ResearcherDone):
+                            return str(self._researcher_error)   # as planned: a normal end
                         raise self._researcher_error
                     return reason
             else:
@@ -374,6 +376,7 @@ class ResearchLoop:
                 reason: str, evidence: dict[str, Any] | None = None) -> None:
         """Record the verdict, then make git agree (in that order: see reconcile)."""
         incumbent = self.state.incumbent
+        self._reclaim_branch(incumbent)
         score = score_prediction(experiment.prediction, decision, self.program.direction)
         event = self.ledger.append(DecisionMade(
             id=experiment.id, commit=experiment.commit, incumbent=incumbent, verdict=verdict,
@@ -400,6 +403,23 @@ class ResearchLoop:
             experiment_id=experiment.id, verdict=verdict, measured_delta=delta,
             candidate_mean=experiment.mean(), reason=reason,
             stopped_early=experiment.stopped_early is not None and verdict == Verdict.DISCARD))
+
+    def _reclaim_branch(self, incumbent: str) -> None:
+        """The night's branch is the night's: a commit made on it behind its back (an agent in
+        the night's worktree, a person) is filed under a discarded ref, never lost and never
+        taken for a candidate, and the branch goes back to the incumbent before git follows a
+        decision (printed; a resumed night's reconcile files such a commit the same way)."""
+        head = self.workspace.head()
+        if head == incumbent:
+            return
+        name = f"orphan-{head[:8]}"
+        self.workspace.discard(head, name, head)
+        self.workspace.reset_to(incumbent)
+        self.observer.message(
+            f"branch {self.workspace.branch} was at {head[:8]}, a commit the night did not make: "
+            f"kept under refs/nightshift/{self.tag}/discarded/{name}, the branch is back at the "
+            f"incumbent {incumbent[:8]} (an agent proposes with `nightshift propose`, not by "
+            f"committing there)")
 
     # ---- starting runs ---------------------------------------------------------------------
 

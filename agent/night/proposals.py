@@ -35,6 +35,10 @@ class Ready:
 
     @property
     def proposed_on(self) -> str:
+        """The commit the proposal edits: its own base where it names one, else the incumbent
+        the researcher was shown."""
+        if self.proposal is not None and self.proposal.base:
+            return self.proposal.base
         return self.context.incumbent_commit
 
 

@@ -56,14 +56,15 @@ class Session:
 def build_session(program: Program, tag: str, *, researcher: str, sandbox: str,
                   observer: Observer, script: Path | None = None, seed: int = 0,
                   split: str = "val", gpus: list[int] | None = None, fresh: bool = False,
-                  allow_dirty: bool = False) -> Session:
+                  allow_dirty: bool = False, silence_s: float | None = None) -> Session:
     """A loop of `program` on `tag`, ready to run, holding the tag's lock (`Session.close`
     releases it). Everything that can be checked is checked before anything is written:
     program.md against the repository (prestart), the rule, the sandbox and the
     researcher's name; then the lock is taken, and only then do the branch, the worktree
     and the results folder appear. `gpus` replaces the GPUs found on this machine (tests
     that fake a device list); `fresh` archives the refs of a tag whose ledger is gone;
-    `allow_dirty` runs HEAD despite uncommitted changes to the target or protected files."""
+    `allow_dirty` runs HEAD despite uncommitted changes to the target or protected files;
+    `silence_s` is how long the external researcher waits for an agent that proposes nothing."""
     from agent.researchers.registry import resolve_researcher_name
     from sandbox.select import make_runner
 
@@ -109,7 +110,8 @@ def build_session(program: Program, tag: str, *, researcher: str, sandbox: str,
         if plan.starts and workspace.head() != plan.head:
             workspace.reset_to(plan.head)     # a night with no evidence starts at today's HEAD
         loop, more = _assemble(program, tag, results, ledger, workspace, rule, runner, sandbox_why,
-                               name, researcher_why, observer, script, seed, split, gpus)
+                               name, researcher_why, observer, script, seed, split, gpus,
+                               silence_s)
     except BaseException:
         lock.release()
         raise
@@ -145,7 +147,8 @@ def _end_jobs(program: Program, tag: str, results: Path, ledger: Ledger) -> list
 def _assemble(program: Program, tag: str, results: Path, ledger: Ledger, workspace: Workspace,
               rule: Any, runner: Any, sandbox_why: str, name: str, researcher_why: str,
               observer: Observer, script: Path | None, seed: int, split: str,
-              gpus: list[int] | None) -> tuple[ResearchLoop, list[str]]:
+              gpus: list[int] | None, silence_s: float | None = None) -> tuple[ResearchLoop, list[str]]:
+    from agent.interface.inbox import Inbox, taken_proposals
     from agent.researchers.registry import make_researcher
 
     data = prepare_data(program.prepare, workspace.path, data_cache())
@@ -157,7 +160,11 @@ def _assemble(program: Program, tag: str, results: Path, ledger: Ledger, workspa
 
     chosen = make_researcher(name, state_dir=results / "researcher", direction=program.direction,
                              claude=program.claude, openai=program.openai, script=script,
-                             seed=seed, experiment_detail=detail, knobs=program.knobs)
+                             seed=seed, experiment_detail=detail, knobs=program.knobs,
+                             results=results, taken=taken_proposals(ledger.state.experiments),
+                             silence_s=silence_s)
+    if chosen.name == "external":
+        Inbox(results).reopen()   # a `done` said to an earlier invocation does not end this one
     control = None
     if program.control > 0:     # checked before anything was written (build_session)
         control = make_researcher("optuna", state_dir=results / "researcher" / "control",
@@ -185,6 +192,10 @@ def _assemble(program: Program, tag: str, results: Path, ledger: Ledger, workspa
              f"decision rule: {rule.name}", f"data: {data.path}", f"results: {results}"]
     if view_note:
         notes.insert(2, view_note)
+    if chosen.name == "external":
+        notes.insert(1, f"the agent proposes: `nightshift checkout --tag {tag}` gives it a copy of "
+                        f"the incumbent, `nightshift propose --tag {tag} ...` hands an edit over, "
+                        f"`nightshift wait --tag {tag} ID --json` reads the verdict (docs/agents.md)")
     if control is not None:
         notes.insert(1, f"control arm: optuna proposes {program.control:.0%} of the experiments "
                         f"(report: Arms)")

@@ -155,6 +155,7 @@ class ExitCode(enum.IntEnum):
     LOOP = 4            # the loop could not go on (the incumbent fails, the sandbox is gone,
                         # a full disk, a git error)
     BUSY = 5            # the tag's loop already runs in another process (the tag's lock)
+    TIMEOUT = 6         # `nightshift wait`: the verdict did not come within --timeout
     INTERRUPTED = 130   # Ctrl-C; `run --tag` resumes
 
 

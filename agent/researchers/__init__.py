@@ -6,7 +6,9 @@ from agent.researchers.base import (
     ProposalRejected,
     ResearchContext,
     Researcher,
+    ResearcherDone,
     ResearcherError,
 )
 
-__all__ = ["Outcome", "Prediction", "Proposal", "ProposalRejected", "ResearchContext", "Researcher", "ResearcherError"]
+__all__ = ["Outcome", "Prediction", "Proposal", "ProposalRejected", "ResearchContext", "Researcher", "ResearcherDone",
+           "ResearcherError"]

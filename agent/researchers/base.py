@@ -20,7 +20,7 @@ from agent.record.events import Direction, Prediction, Usage, Verdict
 from agent.record.state import Experiment
 
 __all__ = ["Outcome", "Prediction", "Proposal", "ProposalRejected", "ResearchContext", "Researcher",
-           "ResearcherError", "Usage"]
+           "ResearcherDone", "ResearcherError", "Usage"]
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,10 @@ class Proposal:
     hypothesis_id: str | None = None  # the queued human hypothesis this tests, if any
     extra: dict[str, Any] = field(default_factory=dict)  # researcher-specific, e.g. optuna params
     usage: Usage | None = None      # what proposing it cost (tokens, dollars), recorded in the ledger
+    # The commit whose target this source edits, when the researcher chose it (an external
+    # agent edits a copy checked out at some incumbent); None: the incumbent it was shown.
+    # A newer incumbent than the base gets the edit rebased onto it (agent/night/admission.py).
+    base: str | None = None
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,11 @@ class Outcome:
 class ResearcherError(RuntimeError):
     """The researcher cannot propose (misconfigured, out of budget, API down). Stops the loop
     cleanly with this message."""
+
+
+class ResearcherDone(ResearcherError):
+    """The researcher has nothing more to propose, as planned (an agent said `nightshift
+    done`): the night ends normally once what is in flight is decided (exit 0)."""
 
 
 class Researcher(ABC):
