@@ -1,4 +1,5 @@
-"""The commands an agent drives a night with: `checkout`, `propose`, `wait` and `done`.
+"""The commands an agent drives a night with: `checkout`, `propose`, `wait` and `done`, and
+`skill`, which installs the instructions that teach a coding agent to use them.
 
 The night runs with `--researcher external` (agent/researchers/external.py); the agent edits a
 working copy (agent/interface/workcopy.py), files each edit in the tag's inbox
@@ -21,6 +22,8 @@ from agent.record.events import ExitCode
 
 SCHEMA = "nightshift.agent/1"
 WAIT_POLL_S = 0.5
+LAUNCH_S = 10.0
+STARTING_S = 600.0    # a night's start: its data prepared, its view scanned, then loop_started
 
 TagOpt = typer.Option(None, help="The night's tag (default: today's).")
 DirOpt = typer.Option(None, "--dir", help="The working copy (default: results/<tag>/agent).")
@@ -41,7 +44,7 @@ def checkout(
     """
     from agent.interface.workcopy import WorkCopyError, checkout as make_copy
 
-    prog, folder, state = _night(program, tag)
+    prog, folder, state = _night(program, tag, started_within=STARTING_S)
     if state.incumbent is None:
         raise fail(f"the night of tag {folder.name} has no incumbent yet: wait until its "
                    f"`nightshift run` printed `started`", ExitCode.LOOP)
@@ -162,17 +165,54 @@ def done(
           f"the night of tag {folder.name} stops once every proposal filed was taken and decided")
 
 
+def skill(
+    to: Path = typer.Option(Path("."), "--to", help="The repository to install into."),
+    show: bool = typer.Option(False, "--print", help="Print the skill instead of installing it."),
+) -> None:
+    """Install the skill that teaches a coding agent to drive a night (Claude Code, Codex).
+
+    One text, installed where each agent looks: `.claude/skills/nightshift/SKILL.md` and a
+    pointer in CLAUDE.md for Claude Code, `.agents/skills/nightshift/SKILL.md` and a pointer in
+    AGENTS.md for Codex. Running it again updates them; the rest of CLAUDE.md and AGENTS.md
+    is left as it is.
+    """
+    from agent.interface.skill import install, skill_text
+
+    if show:
+        sys.stdout.write(skill_text())
+        return
+    if not to.is_dir():
+        raise fail(f"--to {to}: no such folder")
+    for path, what in install(to):
+        console.print(f"{what}: {path}", highlight=False, markup=False)
+
+
 # ---- helpers ------------------------------------------------------------------------------
 
-def _night(program: Path, tag: Optional[str]):
-    """(program, the tag's results folder, the ledger's state) or exit 1 naming the tags."""
+def _night(program: Path, tag: Optional[str], started_within: float = 0.0):
+    """(program, the tag's results folder, the ledger's state) or exit 1 naming the tags.
+    `started_within`: how long to wait for a night that holds the tag's lock to record its
+    start (an agent's first checkout, right after it launched the night)."""
+    from agent.night.session import default_tag
+    from agent.preflight.lock import live_holder
     from agent.record.ledger import read_snapshot
+    from agent.run.plan import results_dir
 
     prog = load(program, {})
-    folder = existing_loop(prog, tag)
-    snapshot = read_snapshot(folder)
-    assert snapshot is not None   # existing_loop saw the ledger
-    return prog, folder, snapshot.state
+    folder = results_dir(prog, tag or default_tag())
+    began = time.monotonic()
+    while True:
+        snapshot = read_snapshot(folder)
+        if snapshot is not None and snapshot.state.incumbent is not None:
+            return prog, folder, snapshot.state
+        waited = time.monotonic() - began
+        # a night launched a moment ago may not hold the lock yet: LAUNCH_S of grace for that
+        starting = live_holder(folder) is not None or waited < min(LAUNCH_S, started_within)
+        if waited >= started_within or not starting:
+            break
+        time.sleep(WAIT_POLL_S)
+    folder = existing_loop(prog, tag)      # exits naming the tags when there is no ledger
+    return prog, folder, read_snapshot(folder).state
 
 
 def _wait_for(prog: Any, folder: Path, wanted: str, timeout_s: float, as_json: bool) -> None:

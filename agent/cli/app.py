@@ -51,6 +51,7 @@ command(agents.checkout)
 command(agents.propose)
 command(agents.wait)
 command(agents.done)
+command(agents.skill)
 # the morning
 command(morning.status)
 command(morning.replay)
