@@ -7,6 +7,7 @@ at hand declares:
 
     shell("cmd")              Claude Code: Bash {command}       Codex: exec_command {cmd}
     write_file(path, text)    Claude Code: Write {file_path}    Codex: apply_patch (*** Add File)
+    read_file(path)           Claude Code: Read {file_path}     Codex: exec_command cat PATH
     use_skill(name)           Claude Code: Skill {skill}        Codex: exec_command cat .agents/skills/NAME/SKILL.md
     final("text")             the answer's last text; the CLI's turn ends
 
@@ -20,7 +21,10 @@ script can read what a command printed and decide its next command:
               final("done")]
 
 `write_file` ends the text with a newline where it has none (apply_patch writes whole lines),
-so both CLIs write the same bytes; a relative path is taken from the fake's `workdir`.
+so both CLIs write the same bytes; a relative path is taken from the fake's `workdir`. Claude
+Code's Write refuses to replace a file it has not read: `read_file` it first.
+A `Reply` (tests/fakes/server.py) in the script is sent as it is: an API error, say (a 5xx or
+429 the CLI retries, taking the next step).
 
 Every HTTP request is kept in `fake.requests`, every tool result in `fake.tool_results`. A
 request the real API would refuse (no or a wrong key, a field missing or of the wrong type, a
