@@ -20,6 +20,7 @@ import os
 import shutil
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 from typing import Callable
 
 import pytest
@@ -63,6 +64,28 @@ def _docker_engine() -> str | None:
     return None
 
 
+AGENT_CLIS = ("claude", "codex")
+AGENT_CLIS_INSTALL = "npm install --prefix ~/.cache/nightshift/agent-clis @anthropic-ai/claude-code @openai/codex"
+
+
+def agent_clis_dir() -> Path:
+    """Where the real coding-agent CLIs are installed (node_modules/.bin/claude and codex):
+    NIGHTSHIFT_AGENT_CLIS, else ~/.cache/nightshift/agent-clis."""
+    given = os.environ.get("NIGHTSHIFT_AGENT_CLIS")
+    return Path(given).expanduser() if given else Path.home() / ".cache" / "nightshift" / "agent-clis"
+
+
+def agent_cli(name: str) -> Path:
+    return agent_clis_dir() / "node_modules" / ".bin" / name
+
+
+def _agent_clis() -> str | None:
+    if shutil.which("node") is None:
+        return "node not on PATH"
+    absent = [name for name in AGENT_CLIS if not os.access(agent_cli(name), os.X_OK)]
+    return f"{', '.join(absent)} not installed in {agent_clis_dir()}" if absent else None
+
+
 def _slurm_cluster() -> str | None:
     if os.environ.get("SLURM_CONF"):        # a running cluster was handed over (CI starts one)
         return None
@@ -100,6 +123,7 @@ NEEDS = {need.kind: need for need in (
          "pip install -e '.[slurm]' and, as root, apt-get install slurm-wlm munge"),
     Need("docker", _docker_engine, "apt-get install docker.io, then sudo bash .ci/dockerd.sh start"),
     Need("chromium", _chromium, "apt-get install chromium"),
+    Need("agent_clis", _agent_clis, f"{AGENT_CLIS_INSTALL} (or set NIGHTSHIFT_AGENT_CLIS to a folder holding them)"),
     Need("browser", _all(_chromium, _commands("chromedriver"), _modules("selenium")),
          "apt-get install chromium chromium-driver"),
 )}

@@ -41,3 +41,19 @@ def test_a_kind_that_is_here_passes(a_missing_kind):
 def test_an_unknown_kind_is_refused_where_it_is_written():
     with pytest.raises(KeyError, match="unknown need 'dokcer'.*docker"):
         needs("dokcer")
+
+
+def test_the_agent_clis_are_found_in_the_folder_nightshift_agent_clis_names(tmp_path, monkeypatch):
+    monkeypatch.setenv("NIGHTSHIFT_AGENT_CLIS", str(tmp_path))
+    assert registry._agent_clis() == f"claude, codex not installed in {tmp_path}"
+    bin_dir = tmp_path / "node_modules" / ".bin"
+    bin_dir.mkdir(parents=True)
+    for name in ("claude", "codex"):
+        (bin_dir / name).write_text("#!/bin/sh\n")
+        (bin_dir / name).chmod(0o755)
+    assert registry.agent_cli("codex") == bin_dir / "codex"
+    monkeypatch.setattr(registry.shutil, "which", lambda name: f"/usr/bin/{name}")
+    assert registry._agent_clis() is None
+    monkeypatch.setattr(registry.shutil, "which", lambda name: None)
+    assert registry._agent_clis() == "node not on PATH"
+    assert "npm install --prefix ~/.cache/nightshift/agent-clis" in NEEDS["agent_clis"].fix
