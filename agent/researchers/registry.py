@@ -25,8 +25,8 @@ RESEARCHER_NAMES = ("auto", "claude", "external", "openai", "optuna", "scripted"
 # What a coding agent sets in the environment of the commands it runs (measured with the real
 # CLIs: tests/agents). Started from there, "auto" never starts a second, nested researcher on
 # the agent's key.
-AGENT_SESSION_MARKERS = (("CLAUDECODE", "Claude Code"), ("CODEX_SANDBOX", "Codex"),
-                         ("CODEX_THREAD_ID", "Codex"))
+AGENT_SESSION_MARKERS = (("CLAUDECODE", "Claude Code"), ("CODEX_THREAD_ID", "Codex"),
+                         ("CODEX_SESSION_ID", "Codex"), ("AI_AGENT", "coding agent"))
 
 
 def resolve_researcher_name(name: str, env: Mapping[str, str] | None = None) -> tuple[str, str]:

@@ -63,10 +63,13 @@ class Step:
     path: str = ""
     text: str = ""
     name: str = ""
+    wait_s: float | None = None   # how long the CLI may wait for the command (its default: None)
 
 
-def shell(command: str) -> Step:
-    return Step("shell", command=command)
+def shell(command: str, wait_s: float | None = None) -> Step:
+    """A shell command; `wait_s` asks the CLI to wait that long for it (Claude Code's Bash
+    `timeout`, Codex's exec_command `yield_time_ms`) instead of its default."""
+    return Step("shell", command=command, wait_s=wait_s)
 
 
 def write_file(path: str | Path, text: str) -> Step:
@@ -442,7 +445,8 @@ class FakeClaudeCodeModel(_AgentModel):
 
     def render(self, step: Step, body: dict[str, Any]) -> tuple[list[_Call], list[tuple[str, dict[str, Any]]]]:
         if step.kind == "shell":
-            call = ("Bash", {"command": step.command, "description": "Run the scripted command"})
+            call = ("Bash", {"command": step.command, "description": "Run the scripted command",
+                             **({} if step.wait_s is None else {"timeout": int(step.wait_s * 1000)})})
         elif step.kind == "write_file":
             call = ("Write", {"file_path": self.path_of(step.path), "content": step.text})
         elif step.kind == "read_file":
@@ -638,7 +642,8 @@ class FakeCodexModel(_AgentModel):
                        "skill": f"cat .agents/skills/{step.name}/SKILL.md"}[step.kind]
             self._declared(body, "exec_command", "function")
             item_id, call_id = f"fc_fake_{next(_ids):06d}", f"call_fake_{next(_ids):06d}"
-            arguments = json.dumps({"cmd": command})
+            arguments = json.dumps({"cmd": command, **({} if step.wait_s is None
+                                                       else {"yield_time_ms": int(step.wait_s * 1000)})})
             item = {"type": "function_call", "id": item_id, "call_id": call_id, "name": "exec_command",
                     "arguments": "", "status": "in_progress"}
             event("response.output_item.added", output_index=0, item=item)
