@@ -17,7 +17,7 @@ from typing import Callable
 
 import typer
 
-from agent.cli import check, morning, night, serve
+from agent.cli import check, morning, night, serve, show
 
 app = typer.Typer(
     help="Nightshift: an autonomous ML research loop you can trust with your GPUs overnight.\n\n"
@@ -47,6 +47,7 @@ command(night.seed)
 command(night.noise)
 # the morning
 command(morning.status)
+command(show.show)
 command(morning.replay)
 command(morning.ablate)
 command(morning.report)
