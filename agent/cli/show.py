@@ -69,17 +69,18 @@ def print_experiment(out: Console, doc: dict[str, Any]) -> None:
         out.print(line)
     if doc["diff"]:
         out.print("[bold]diff[/bold]")
-        out.print(doc["diff"].rstrip("\n"), markup=False, highlight=False)
+        # unfolded: a diff folded at the console's width could not be copied or applied
+        out.print(doc["diff"].rstrip("\n"), markup=False, highlight=False, soft_wrap=True)
     elif doc["diff"] is None:
         out.print("[dim]diff: not in the repository (its commits are gone)[/dim]")
 
 
 def _head(doc: dict[str, Any]) -> list[str]:
-    verdict = doc["verdict"] or "base"
-    commit = (doc["commit"] or "-")[:8]
+    title = " ".join(part for part in (f"[bold]{escape(doc['id'])}[/bold]", doc["verdict"]) if part)
+    commit = doc["commit"][:8] if doc["commit"] else "(never committed)"
     parent = f" on {doc['parent'][:8]}" if doc["parent"] else ""
     who = f", proposed by {escape(doc['researcher'])}" if doc["researcher"] else ""
-    lines = [f"[bold]{escape(doc['id'])}[/bold] {verdict}  {commit}{parent}{who}",
+    lines = [f"{title}  {commit}{parent}{who}",
              f"  {escape(doc['description'])}"]
     if doc["hypothesis"]:
         lines.append(f"hypothesis: {escape(doc['hypothesis'])}")
@@ -135,7 +136,7 @@ def _run(run: dict[str, Any], metric: str) -> list[str]:
     value = f"{metric} {run['metric']:.4f}" if run["metric"] is not None else escape(run["reason"])
     took = f"{run['duration_s']:.0f}s" if run["duration_s"] is not None else "?s"
     if run["eval_duration_s"] is not None:
-        took += f" + evaluation {run['eval_duration_s']:.0f}s"
+        took += f" + evaluation {run['eval_duration_s']:.1f}s"
     marks = "" if run["counted"] or run["role"] != "candidate" else " [dim](not counted)[/dim]"
     lines = [f"  seed {run['seed']} {run['role']} {run['status']}: {value} ({took}){marks}"]
     figures = [(k, v) for k, v in run["dynamics"].items() if isinstance(v, (int, float))

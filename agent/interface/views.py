@@ -40,7 +40,7 @@ BASE = "base"                # `show base`: the commit the night started from
 IDS_NAMED = 20               # an unknown id's error names this many known ones at most
 
 # (parent, commit) -> the patch between them, or None when the repository cannot say
-DiffOf = Callable[[str, str], "str | None"]
+DiffOf = Callable[[str, str], str | None]
 
 
 @dataclass(frozen=True)
@@ -185,12 +185,14 @@ def experiment_view(night: Night, experiment_id: str, diff_of: DiffOf) -> dict[s
 
 
 def _base(commit: str) -> Experiment:
-    """The base as an experiment without a proposal: its runs are its fresh-seed runs."""
+    """The base as an experiment without a proposal or a candidate run: what measured it
+    are its fresh-seed runs, which the document lists as `reference_runs`."""
     return Experiment(id=BASE, commit=commit, parent="", description="the base commit: where the night started",
                       hypothesis="", prediction=None, researcher="")
 
 
 def _experiment_document(night: Night, experiment: Experiment, kind: str, diff_of: DiffOf) -> dict[str, Any]:
+    """The `nightshift.experiment/1` document of `experiment` (`kind` "experiment" or "base")."""
     state = night.state
     made = experiment.decision
     test = made.decision if made is not None else None
