@@ -20,6 +20,7 @@ RANKS = {
     "agent.preflight": 5.5,
     "agent.night": 6,
     "agent.review": 7,
+    "agent.interface": 7.5,
     "agent.cli": 8,
 }
 

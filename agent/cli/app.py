@@ -18,7 +18,7 @@ from typing import Callable
 
 import typer
 
-from agent.cli import agents, check, morning, night, serve
+from agent.cli import agents, check, morning, night, serve, show
 
 app = typer.Typer(
     help="Nightshift: an autonomous ML research loop you can trust with your GPUs overnight.\n\n"
@@ -54,6 +54,7 @@ command(agents.done)
 command(agents.skill)
 # the morning
 command(morning.status)
+command(show.show)
 command(morning.replay)
 command(morning.ablate)
 command(morning.report)

@@ -21,13 +21,23 @@ def _tag_dir(program: Program, tag: Optional[str]) -> tuple[str, Path]:
 
 def status(
     tag: Optional[str] = typer.Option(None, help="The loop to show (default: today's tag)."),
+    json_: bool = typer.Option(False, "--json", help="Print one JSON document instead (schema "
+                               "nightshift.status/1, docs/json.md): for agents and scripts."),
     program: Path = ProgramOpt,
 ) -> None:
     """The state of a loop at a glance: experiments, keeps, best metric, the run in flight."""
     from agent.cli.display import print_status
 
     prog = load(program, {})
-    print_status(console, existing_loop(prog, tag), prog.metric, direction=prog.direction)
+    folder = existing_loop(prog, tag)
+    if json_:
+        from agent.cli.show import print_document
+        from agent.interface.reading import read_night
+        from agent.interface.views import status_view
+
+        print_document(status_view(read_night(prog, folder)))
+        return
+    print_status(console, folder, prog.metric, direction=prog.direction)
 
 
 def replay(

@@ -1,2 +1,12 @@
-"""How agents and scripts read and drive a night: JSON views, the proposal inbox, the agent's
-working copy."""
+"""How agents and scripts read and drive a night.
+
+A coding agent (Claude Code, Codex) or a shell script reads a night through documents, not
+through the terminal's tables: `nightshift status --json` and `nightshift show ID --json`
+print one JSON document each, made by `views` from the ledger's fold and checked against the
+JSON Schemas in `schemas/` (docs/json.md says what every field means). The schemas are the
+promise: a field they list as required is in every document of that schema version.
+
+It drives a night through the inbox (`inbox`: the proposals `nightshift propose` files for the
+external researcher) and its own working copy (`workcopy`: where the agent edits the target);
+`skill` is the text that teaches a coding agent those commands.
+"""
