@@ -9,7 +9,6 @@ scraping; errors go to stderr with the exit codes of `nightshift --help`.
 """
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
@@ -20,7 +19,6 @@ import typer
 from agent.cli.common import ProgramOpt, console, existing_loop, fail, load
 from agent.record.events import ExitCode
 
-SCHEMA = "nightshift.agent/1"
 WAIT_POLL_S = 0.5
 LAUNCH_S = 10.0
 STARTING_S = 600.0    # a night's start: its data prepared, its view scanned, then loop_started
@@ -53,7 +51,7 @@ def checkout(
         copy = make_copy(prog.root, folder.name, state.incumbent, prog.target, dest)
     except WorkCopyError as error:
         raise fail(str(error)) from None
-    _emit(as_json, {"schema": SCHEMA, "kind": "checkout", "tag": folder.name, "dir": str(copy.path),
+    _emit(as_json, {"schema": "nightshift.checkout/1", "tag": folder.name, "dir": str(copy.path),
                     "base": copy.base, "target": copy.target, "target_path": str(copy.target_path)},
           f"{copy.target_path}\n(the incumbent {copy.base[:8]}; edit this file only, then "
           f"`nightshift propose --tag {folder.name}`)")
@@ -128,7 +126,7 @@ def propose(
     if wait:
         _wait_for(prog, folder, proposal_id, _duration(timeout), as_json)
         return
-    _emit(as_json, {"schema": SCHEMA, "kind": "proposed", "tag": folder.name, "proposal": proposal_id,
+    _emit(as_json, {"schema": "nightshift.proposed/1", "tag": folder.name, "proposal": proposal_id,
                     "base": copy.base, "queued_ahead": queued, "night_running": running},
           f"{proposal_id} filed ({queued} ahead of it){note}; `nightshift wait --tag "
           f"{folder.name} {proposal_id}` prints its verdict")
@@ -161,7 +159,7 @@ def done(
 
     _, folder, _ = _night(program, tag)
     Inbox(folder).end(reason)
-    _emit(as_json, {"schema": SCHEMA, "kind": "done", "tag": folder.name, "reason": reason},
+    _emit(as_json, {"schema": "nightshift.done/1", "tag": folder.name, "reason": reason},
           f"the night of tag {folder.name} stops once every proposal filed was taken and decided")
 
 
@@ -244,14 +242,18 @@ def _wait_for(prog: Any, folder: Path, wanted: str, timeout_s: float, as_json: b
 
 
 def _print_verdict(prog: Any, folder: Path, experiment_id: str, asked: str, as_json: bool) -> None:
+    """The decided experiment, as `nightshift show` prints it."""
+    from agent.cli.show import print_document, print_experiment
+    from agent.interface.reading import git_diff, read_night
     from agent.interface.views import experiment_view
 
-    view = experiment_view(prog, folder, experiment_id)
+    view = experiment_view(read_night(prog, folder), experiment_id, git_diff(prog.root))
     if as_json:
-        _emit(True, view, "")
+        print_document(view)
         return
-    decision = view.get("verdict")
-    console.print(f"{asked} -> {experiment_id}: {decision}: {view.get('reason', '')}")
+    if asked != experiment_id:
+        console.print(f"{asked} is {experiment_id}", highlight=False, markup=False)
+    print_experiment(console, view)
 
 
 def _queued_ahead(inbox: Any, state: Any, proposal_id: str) -> int:
@@ -285,8 +287,10 @@ def _duration(text: str) -> float:
 
 
 def _emit(as_json: bool, document: dict[str, Any], text: str) -> None:
+    """`document` on stdout with --json (its schema: agent/interface/schemas/), else `text`."""
     if as_json:
-        sys.stdout.write(json.dumps(document, allow_nan=False) + "\n")
-        sys.stdout.flush()
+        from agent.cli.show import print_document
+
+        print_document(document)
     else:
         console.print(text, highlight=False, markup=False)

@@ -6,11 +6,13 @@ import json
 from importlib.resources import files
 from typing import Any
 
-SCHEMA_NAMES = ("status", "experiment")     # schemas/<name>.json: nightshift.<name>/1
+# schemas/<name>.json: nightshift.<name>/1. The agent's commands print the last three
+# (agent/cli/agents.py); `nightshift wait --json` prints an experiment.
+SCHEMA_NAMES = ("status", "experiment", "checkout", "proposed", "done")
 
 
 def load_schema(name: str) -> dict[str, Any]:
-    """The schema of `nightshift.<name>/1` (`status` or `experiment`)."""
+    """The schema of `nightshift.<name>/1` (one of SCHEMA_NAMES)."""
     if name not in SCHEMA_NAMES:
         raise ValueError(f"no schema {name!r}; there are {', '.join(SCHEMA_NAMES)}")
     return json.loads((files("agent.interface") / "schemas" / f"{name}.json").read_text(encoding="utf-8"))

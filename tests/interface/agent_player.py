@@ -78,7 +78,7 @@ seen["p_garbage"] = garbage
 
 # a commit on the night's branch, behind its back
 worktree = REPO / "results" / TAG / "worktree"
-edit(worktree / "toy.py", "LR = 1.0", "LR = 0.31")
+(worktree / "toy.py").write_text((worktree / "toy.py").read_text() + "# sneaked in\n")
 git(worktree, "commit", "-qam", "sneaked in")
 seen["sneaked"] = git(worktree, "rev-parse", "HEAD").strip()
 
