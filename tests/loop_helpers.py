@@ -85,3 +85,14 @@ def seeds_reach_the_metric(runs) -> bool:
     for run in runs:
         first.setdefault(run.seed, run.metric)
     return len(first) >= 2 and len(set(first.values())) == len(first)
+
+
+def end_detached_night(repo: Path, tag: str) -> None:
+    """Kill a night started with --detach that a failed test left running (a passed one ended)."""
+    import signal
+
+    from agent.preflight.lock import live_holder
+
+    holder = live_holder(repo / "results" / tag)
+    if holder is not None:
+        os.kill(holder.pid, signal.SIGKILL)

@@ -64,6 +64,10 @@ def run(
         None, "--agent-silence", help="With --researcher external: stop the night when the agent "
         "proposes nothing for this long after the night's last news (a decision), e.g. 30m "
         "(default 60m). Time the agent spends waiting on runs does not count."),
+    detach: bool = typer.Option(False, "--detach", help="Run the night in the background, in a "
+                                "session of its own (its output in results/<tag>/night.log): "
+                                "returns once it holds the tag, with its PID, or with its error. "
+                                "For agents, whose shell ends what a command leaves running."),
     serve: bool = typer.Option(False, "--serve", help="Serve the night's live page beside it "
                                "(as `nightshift serve --tag`; it stops with the night)."),
     serve_host: str = typer.Option("127.0.0.1", "--serve-host", help="The page's address (anything "
@@ -85,6 +89,8 @@ def run(
                           "workers": workers, "overlap": overlap, "cluster": cluster,
                           "cluster_address": cluster_address})
     tag = tag or default_tag()
+    if detach:
+        detached(prog, tag)
     silence_s = None
     if agent_silence is not None:
         from agent.program import parse_duration
@@ -133,6 +139,39 @@ def run(
         session.close()
         if page is not None:
             page.stop()
+
+
+def detached(prog, tag: str) -> None:
+    """This same `nightshift run`, without --detach, in a new session (so the agent's shell,
+    which ends its command's process group, cannot end the night), its output appended to
+    results/<tag>/night.log. Returns to the caller never: exits 0 once the night holds the
+    tag's lock, or with the night's own exit code and its last lines when it ended first."""
+    import subprocess
+    import sys
+    import time
+
+    from agent.preflight.lock import live_holder
+    from agent.run.plan import results_dir
+
+    folder = results_dir(prog, tag)
+    folder.mkdir(parents=True, exist_ok=True)
+    log = folder / "night.log"
+    argv = [a for a in sys.argv[1:] if a != "--detach"]
+    if "--tag" not in argv:
+        argv += ["--tag", tag]
+    with open(log, "ab") as out:
+        child = subprocess.Popen([sys.executable, "-m", "agent.cli", *argv], stdin=subprocess.DEVNULL,
+                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    while child.poll() is None:
+        holder = live_holder(folder)
+        if holder is not None and holder.pid == child.pid:
+            console.print(f"night of tag {tag} runs in the background: PID {child.pid}, log {log}",
+                          highlight=False, markup=False)
+            raise typer.Exit(ExitCode.OK)
+        time.sleep(0.2)
+    tail = log.read_text(errors="replace").splitlines()[-15:]
+    err.print("\n".join(tail), highlight=False, markup=False)
+    raise typer.Exit(child.returncode)
 
 
 def _write_morning_report(folder: Path, prog, tag: str) -> None:

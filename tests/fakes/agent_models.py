@@ -412,8 +412,10 @@ class FakeClaudeCodeModel(_AgentModel):
         if pending:
             out.append(f"messages: the last tool_use ids have no tool_result: {', '.join(sorted(pending))}")
         mine = {c.call_id for c in self._pending}
-        sent = {b.get("tool_use_id") for b in (messages[-1].get("content") or [])
-                if isinstance(b, dict) and b.get("type") == "tool_result"} if isinstance(messages[-1].get("content"), list) else set()
+        spoken = [m for m in messages if m.get("role") != "system"]   # a reminder may follow the results
+        content = spoken[-1].get("content") if spoken else None
+        sent = {b.get("tool_use_id") for b in content
+                if isinstance(b, dict) and b.get("type") == "tool_result"} if isinstance(content, list) else set()
         if mine - sent:
             out.append(f"messages: the fake's tool calls {', '.join(sorted(mine - sent))} got no tool_result")
         return out
