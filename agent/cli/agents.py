@@ -3,7 +3,7 @@
 
 The night runs with `--researcher external` (agent/researchers/external.py); the agent edits a
 working copy (agent/interface/workcopy.py), files each edit in the tag's inbox
-(agent/interface/inbox.py) and reads the verdicts. Every command takes `--json`: one JSON
+(agent/researchers/inbox.py) and reads the verdicts. Every command takes `--json`: one JSON
 document on stdout and nothing else there (docs/json.md), so an agent parses instead of
 scraping; errors go to stderr with the exit codes of `nightshift --help`.
 """
@@ -87,7 +87,7 @@ def propose(
     id (p0001); `nightshift wait ID` prints its verdict. Proposals queue: file several, the
     night's workers take them in order.
     """
-    from agent.interface.inbox import AgentProposal, Inbox
+    from agent.researchers.inbox import AgentProposal, Inbox
     from agent.interface.workcopy import WorkCopyError, open_copy
     from agent.record.records import Prediction
     from agent.target.knobs import KnobError, knob_edit
@@ -155,7 +155,7 @@ def done(
     program: Path = ProgramOpt,
 ) -> None:
     """End the night once it has taken every proposal filed (what runs is decided first)."""
-    from agent.interface.inbox import Inbox
+    from agent.researchers.inbox import Inbox
 
     _, folder, _ = _night(program, tag)
     Inbox(folder).end(reason)
@@ -214,7 +214,7 @@ def _night(program: Path, tag: Optional[str], started_within: float = 0.0):
 
 
 def _wait_for(prog: Any, folder: Path, wanted: str, timeout_s: float, as_json: bool) -> None:
-    from agent.interface.inbox import taken_proposals
+    from agent.researchers.inbox import taken_proposals
     from agent.record.ledger import read_snapshot
 
     deadline = time.monotonic() + timeout_s
@@ -257,7 +257,7 @@ def _print_verdict(prog: Any, folder: Path, experiment_id: str, asked: str, as_j
 
 
 def _queued_ahead(inbox: Any, state: Any, proposal_id: str) -> int:
-    from agent.interface.inbox import taken_proposals
+    from agent.researchers.inbox import taken_proposals
 
     taken = taken_proposals(state.experiments)
     return sum(1 for other in inbox.ids() if other < proposal_id and other not in taken)

@@ -6,7 +6,8 @@ print one JSON document each, made by `views` from the ledger's fold and checked
 JSON Schemas in `schemas/` (docs/json.md says what every field means). The schemas are the
 promise: a field they list as required is in every document of that schema version.
 
-It drives a night through the inbox (`inbox`: the proposals `nightshift propose` files for the
-external researcher) and its own working copy (`workcopy`: where the agent edits the target);
+It drives a night through its own working copy (`workcopy`: where the agent edits the target)
+and the inbox of the external researcher (agent/researchers/inbox.py, where `nightshift
+propose` files the edits);
 `skill` is the text that teaches a coding agent those commands.
 """

@@ -148,7 +148,7 @@ def _assemble(program: Program, tag: str, results: Path, ledger: Ledger, workspa
               rule: Any, runner: Any, sandbox_why: str, name: str, researcher_why: str,
               observer: Observer, script: Path | None, seed: int, split: str,
               gpus: list[int] | None, silence_s: float | None = None) -> tuple[ResearchLoop, list[str]]:
-    from agent.interface.inbox import Inbox, taken_proposals
+    from agent.researchers.inbox import Inbox, taken_proposals
     from agent.researchers.registry import make_researcher
 
     data = prepare_data(program.prepare, workspace.path, data_cache())

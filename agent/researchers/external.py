@@ -2,7 +2,7 @@
 person) proposes, the night measures and decides.
 
 The agent checks out the incumbent (`nightshift checkout`), edits the target there and hands the
-edit over with `nightshift propose`, which files it in the tag's inbox (agent/interface/inbox.py).
+edit over with `nightshift propose`, which files it in the tag's inbox (agent/researchers/inbox.py).
 `propose` here takes the oldest proposal the night has not taken yet, waiting for one while the
 agent thinks; the loop treats it as any researcher's: rebased onto a newer incumbent, gated,
 committed, measured, decided, and recorded with its id (`extra.proposal`), which is how
@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable
 
-from agent.interface.inbox import Inbox, InboxError
+from agent.researchers.inbox import Inbox, InboxError
 from agent.record.ledger import LEDGER_FILE
 from agent.researchers.base import (Proposal, ProposalRejected, ResearchContext, Researcher,
                                     ResearcherDone, ResearcherError)

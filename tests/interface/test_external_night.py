@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.interface.toy_target import PROGRAM, toy_files
-from tests.loop_helpers import PROJECT, cli_env, git_out, loop_state, make_repo, nightshift
+from tests.loop_helpers import PROJECT, cli_env, end_detached_night, git_out, loop_state, make_repo, nightshift
 from tests.needs import needs
 
 PLAYER = Path(__file__).with_name("agent_player.py")
@@ -139,16 +139,21 @@ def test_a_killed_night_takes_each_proposal_once_when_it_resumes(tmp_path):
     waited = nightshift(repo, "wait", "--tag", "kill", second["proposal"], "--timeout", "5s", env=env)
     assert waited.returncode == 4 and "no night runs" in waited.stderr
     nightshift(repo, "done", "--tag", "kill", env=env)    # said to the dead night: not to the next
-    resumed = start_night(repo, "kill", env, "--agent-silence", "5m")
+    # resumed in the background, as an agent starts it: back once the night holds the tag
+    resumed = nightshift(repo, "run", "--tag", "kill", "--agent-silence", "5m", "--detach", env=env)
+    assert resumed.returncode == 0 and "runs in the background" in resumed.stdout, resumed.stderr
     try:
         for proposal in (first, second["proposal"]):
             verdict = nightshift(repo, "wait", "--tag", "kill", proposal, "--timeout", "4m", "--json", env=env)
             assert verdict.returncode == 0, verdict.stderr
         nightshift(repo, "done", "--tag", "kill", env=env)
-        resumed.communicate(timeout=300)
+        ledger = repo / "results" / "kill" / "ledger.jsonl"
+        deadline = time.monotonic() + 300
+        # the killed night wrote no loop_stopped: the first one is the resumed night's end
+        while '"loop_stopped"' not in ledger.read_text() and time.monotonic() < deadline:
+            time.sleep(0.3)
     finally:
-        if resumed.poll() is None:
-            resumed.kill()
+        end_detached_night(repo, "kill")
     state = loop_state(repo, "kill")
     proposals = [e.extra.get("proposal") for e in state.experiments.values()]
     assert sorted(proposals) == sorted([first, second["proposal"]]), proposals

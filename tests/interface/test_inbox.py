@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from agent.interface.inbox import AgentProposal, Inbox, InboxError
+from agent.researchers.inbox import AgentProposal, Inbox, InboxError
 from agent.record.records import Prediction
 from agent.researchers import ProposalRejected, ResearcherDone, ResearcherError
 from agent.researchers.external import ExternalResearcher
@@ -51,7 +51,8 @@ def test_agents_proposing_at_once_get_distinct_ids_and_whole_files(tmp_path):
     (json.dumps({**proposal().to_dict(), "base": "HEAD~1"}), "full commit sha"),
     (json.dumps({**proposal().to_dict(), "prediction": {"direction": "up"}}), "bad prediction"),
     (json.dumps({**proposal().to_dict(), "source": 7}), "source must be a string"),
-])
+], ids=["not-json", "not-an-object", "fields-missing", "base-not-a-sha", "bad-prediction",
+        "source-not-text"])
 def test_a_hostile_file_is_a_reason_not_a_crash(tmp_path, text, says):
     inbox = Inbox(tmp_path)
     inbox.path.mkdir()

@@ -14,8 +14,17 @@ def test_auto_picks_claude_only_when_a_key_is_set():
     assert resolve_researcher_name("auto", {"ANTHROPIC_API_KEY": ""})[0] == "optuna"
     assert resolve_researcher_name("auto", {"ANTHROPIC_API_KEY": "sk-x"}) == ("claude", "ANTHROPIC_API_KEY is set")
     assert resolve_researcher_name("optuna", {"ANTHROPIC_API_KEY": "sk-x"}) == ("optuna", "chosen explicitly")
-    with pytest.raises(ResearcherError, match="unknown researcher .gpt.*auto, claude, openai, optuna, scripted"):
+    with pytest.raises(ResearcherError, match="unknown researcher .gpt.*auto, claude, external, openai, optuna, scripted"):
         resolve_researcher_name("gpt", {})
+
+
+def test_auto_inside_a_coding_agents_session_is_the_agent_never_a_nested_researcher():
+    # what the real CLIs set in their commands' environment (tests/agents measured it), with
+    # the agent's own key beside it: never a second researcher on the agent's bill
+    for marker, agent in (("CLAUDECODE", "Claude Code"), ("CODEX_THREAD_ID", "Codex")):
+        name, why = resolve_researcher_name("auto", {marker: "1", "ANTHROPIC_API_KEY": "sk-agent"})
+        assert name == "external" and f"started from a {agent} session" in why
+    assert resolve_researcher_name("claude", {"CLAUDECODE": "1"})[0] == "claude"   # on purpose
 
 
 def test_makes_optuna_with_the_program_direction(tmp_path):
