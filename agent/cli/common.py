@@ -1,20 +1,22 @@
-"""What the commands share: the consoles, exit codes, loading program.md, finding a tag."""
+"""What the commands share: the consoles, exit codes, loading program.md, finding a tag (the
+last two as agent/interface/operations.py does them, for the MCP server too)."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
-from agent.program import Program, ProgramError, load_program
+from agent.interface.operations import OperationError, existing_night, open_program
+from agent.program import Program
 from agent.record.events import ExitCode
-from agent.record.ledger import LEDGER_FILE
 
 # Logs and pipes get a wide console: rich's 80-column default folds every table row.
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 140)
@@ -100,24 +102,21 @@ def fail(message: str, code: ExitCode = ExitCode.BAD_INPUT) -> typer.Exit:
 def load(program_path: Path, overrides: dict[str, Any]) -> Program:
     """program.md with the command line's overrides (None values skipped), or exit 1 naming
     the file, line and field."""
-    try:
-        return load_program(program_path, {k: v for k, v in overrides.items() if v is not None})
-    except FileNotFoundError:
-        raise fail(f"{program_path}: no such file. Run from the repository that holds "
-                   "program.md, or pass --program PATH.") from None
-    except ProgramError as error:
-        raise fail(str(error)) from None
+    with reported():
+        return open_program(program_path, overrides)
 
 
 def existing_loop(program: Program, tag: Optional[str]) -> Path:
     """The results folder of a loop that has started, or exit 1 naming the tags that exist."""
-    from agent.night.session import default_tag
-    from agent.run.plan import results_dir
+    with reported():
+        return existing_night(program, tag)
 
-    tag = tag or default_tag()
-    folder = results_dir(program, tag)
-    if not (folder / LEDGER_FILE).exists():
-        known = sorted(p.parent.name for p in (program.root / "results").glob(f"*/{LEDGER_FILE}"))
-        raise fail(f"no loop at {folder}; start one with `nightshift run --tag {tag}`. "
-                   f"Known tags: {', '.join(known) or 'none'}.")
-    return folder
+
+@contextlib.contextmanager
+def reported() -> Iterator[None]:
+    """An operation's refusal (agent/interface/operations.py) as this command line's error:
+    its message after `error:`, its exit code."""
+    try:
+        yield
+    except OperationError as error:
+        raise fail(error.message, error.code) from None

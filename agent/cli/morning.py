@@ -7,7 +7,7 @@ from typing import Any, Optional
 import typer
 from rich.markup import escape
 
-from agent.cli.common import ProgramOpt, console, err, existing_loop, fail, load
+from agent.cli.common import ProgramOpt, console, err, existing_loop, fail, load, reported
 from agent.program import Program
 from agent.record.events import ChangeStatus, ExitCode, ReplayCommit, ReplayRun, ReplaySummary
 
@@ -29,15 +29,14 @@ def status(
     from agent.cli.display import print_status
 
     prog = load(program, {})
-    folder = existing_loop(prog, tag)
     if json_:
         from agent.cli.show import print_document
-        from agent.interface.reading import read_night
-        from agent.interface.views import status_view
+        from agent.interface.operations import status as status_document
 
-        print_document(status_view(read_night(prog, folder)))
+        with reported():
+            print_document(status_document(prog, tag))
         return
-    print_status(console, folder, prog.metric, direction=prog.direction)
+    print_status(console, existing_loop(prog, tag), prog.metric, direction=prog.direction)
 
 
 def replay(

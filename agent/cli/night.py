@@ -68,6 +68,8 @@ def run(
                                 "session of its own (its output in results/<tag>/night.log): "
                                 "returns once it holds the tag, with its PID, or with its error. "
                                 "For agents, whose shell ends what a command leaves running."),
+    as_json: bool = typer.Option(False, "--json", help="With --detach: print one JSON document "
+                                 "(nightshift.started/1, docs/json.md) once the night holds the tag."),
     serve: bool = typer.Option(False, "--serve", help="Serve the night's live page beside it "
                                "(as `nightshift serve --tag`; it stops with the night)."),
     serve_host: str = typer.Option("127.0.0.1", "--serve-host", help="The page's address (anything "
@@ -90,7 +92,9 @@ def run(
                           "cluster_address": cluster_address})
     tag = tag or default_tag()
     if detach:
-        detached(prog, tag)
+        detached(prog, tag, as_json)
+    elif as_json:
+        raise fail("--json goes with --detach: a night in the foreground prints its progress")
     silence_s = None
     if agent_silence is not None:
         from agent.program import parse_duration
@@ -141,37 +145,30 @@ def run(
             page.stop()
 
 
-def detached(prog, tag: str) -> None:
-    """This same `nightshift run`, without --detach, in a new session (so the agent's shell,
-    which ends its command's process group, cannot end the night), its output appended to
-    results/<tag>/night.log. Returns to the caller never: exits 0 once the night holds the
-    tag's lock, or with the night's own exit code and its last lines when it ended first."""
-    import subprocess
+def detached(prog, tag: str, as_json: bool) -> None:
+    """This same `nightshift run`, without --detach, in a session of its own (so the agent's
+    shell, which ends its command's process group, cannot end the night), its output appended
+    to results/<tag>/night.log (agent/interface/operations.py `start_night`). Returns to the
+    caller never: exits 0 once the night holds the tag's lock, or with the night's own exit
+    code and its last lines when it ended first."""
     import sys
-    import time
 
-    from agent.preflight.lock import live_holder
-    from agent.run.plan import results_dir
+    from agent.interface.operations import OperationError, start_night
 
-    folder = results_dir(prog, tag)
-    folder.mkdir(parents=True, exist_ok=True)
-    log = folder / "night.log"
-    argv = [a for a in sys.argv[1:] if a != "--detach"]
-    if "--tag" not in argv:
-        argv += ["--tag", tag]
-    with open(log, "ab") as out:
-        child = subprocess.Popen([sys.executable, "-m", "agent.cli", *argv], stdin=subprocess.DEVNULL,
-                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    while child.poll() is None:
-        holder = live_holder(folder)
-        if holder is not None and holder.pid == child.pid:
-            console.print(f"night of tag {tag} runs in the background: PID {child.pid}, log {log}",
-                          highlight=False, markup=False)
-            raise typer.Exit(ExitCode.OK)
-        time.sleep(0.2)
-    tail = log.read_text(errors="replace").splitlines()[-15:]
-    err.print("\n".join(tail), highlight=False, markup=False)
-    raise typer.Exit(child.returncode)
+    argv = [a for a in sys.argv[1:] if a not in ("--detach", "--json")]
+    try:
+        started = start_night(prog, tag, argv)
+    except OperationError as error:        # the night's own last lines, as it printed them
+        err.print(error.message, highlight=False, markup=False)
+        raise typer.Exit(error.code) from None
+    if as_json:
+        from agent.cli.show import print_document
+
+        print_document(started)
+    else:
+        console.print(f"night of tag {tag} runs in the background: PID {started['pid']}, log "
+                      f"{started['log']}", highlight=False, markup=False)
+    raise typer.Exit(ExitCode.OK)
 
 
 def _write_morning_report(folder: Path, prog, tag: str) -> None:

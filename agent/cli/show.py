@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from agent.cli.common import ProgramOpt, console, existing_loop, fail, load
+from agent.cli.common import ProgramOpt, console, load, reported
 
 DYNAMICS_SHOWN = 8       # figures of a run's result.json the text shows (--json has them all)
 
@@ -29,15 +29,11 @@ def show(
     """One experiment in full: hypothesis, prediction, verdict and the keep rule's numbers,
     the diff, and every run with its log, curve and training dynamics beside its parent's
     runs on the same seeds."""
-    from agent.interface.reading import git_diff, read_night
-    from agent.interface.views import UnknownExperiment, experiment_view
+    from agent.interface.operations import show as experiment_document
 
     prog = load(program, {})
-    night = read_night(prog, existing_loop(prog, tag))
-    try:
-        document = experiment_view(night, experiment, git_diff(prog.root))
-    except UnknownExperiment as error:
-        raise fail(str(error)) from None
+    with reported():
+        document = experiment_document(prog, tag, experiment)
     if json_:
         print_document(document)
     else:

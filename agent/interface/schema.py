@@ -6,9 +6,9 @@ import json
 from importlib.resources import files
 from typing import Any
 
-# schemas/<name>.json: nightshift.<name>/1. The agent's commands print the last three
-# (agent/cli/agents.py); `nightshift wait --json` prints an experiment.
-SCHEMA_NAMES = ("status", "experiment", "checkout", "proposed", "done")
+# schemas/<name>.json: nightshift.<name>/1. The agent's commands print the last four
+# (agent/interface/operations.py makes them); `nightshift wait --json` prints an experiment.
+SCHEMA_NAMES = ("status", "experiment", "checkout", "proposed", "done", "started")
 
 
 def load_schema(name: str) -> dict[str, Any]:

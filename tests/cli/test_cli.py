@@ -72,3 +72,8 @@ def test_seed_queues_a_hypothesis_the_loop_tests_first(tmp_path):
     assert [e.hypothesis_id for e in state.experiments.values()] == ["h001", "h002"]
     tested = git_out(repo, "show", f"{state.experiments['e0002'].commit}:noise.py")
     assert "SCALE = 2.0" in tested or "SCALE = 2  " in tested
+
+
+def test_run_json_goes_with_detach(tmp_path):
+    done = nightshift(_repo(tmp_path), "run", "--tag", "x", "--json", env=cli_env(tmp_path))
+    assert done.returncode == 1 and "--json goes with --detach" in done.stderr and done.stdout == ""
