@@ -1,5 +1,7 @@
-"""The commands an agent drives a night with: `checkout`, `propose`, `wait` and `done`, and
-`skill`, which installs the instructions that teach a coding agent to use them.
+"""The commands an agent drives a night with: `checkout`, `propose`, `wait` and `done`;
+`skill`, which installs the instructions that teach a coding agent to use them; and `mcp`,
+which serves the same operations as MCP tools (agent/interface/mcp_server.py). The operations
+themselves are agent/interface/operations.py: here are their flags and their text.
 
 The night runs with `--researcher external` (agent/researchers/external.py); the agent edits a
 working copy (agent/interface/workcopy.py), files each edit in the tag's inbox
@@ -118,6 +120,22 @@ def done(
         ended = operations.done(prog, tag, reason)
     _emit(as_json, ended, f"the night of tag {ended['tag']} stops once every proposal filed was "
           f"taken and decided")
+
+
+def mcp(program: Path = ProgramOpt) -> None:
+    """Serve the agent's commands to a coding agent as an MCP server, on stdin and stdout.
+
+    The tools (start_night, checkout, propose, wait, status, show, done) do what the commands
+    of the same names do and return the documents their --json prints (docs/json.md). Register
+    it once, from the repository: `claude mcp add nightshift -- nightshift mcp` (Claude Code),
+    `codex mcp add nightshift -- nightshift mcp` (Codex). Needs the MCP SDK:
+    pip install -e '.\\[mcp]'.
+    """
+    try:
+        from agent.interface.mcp_server import serve
+    except ImportError as error:
+        raise fail(f"nightshift mcp needs the MCP SDK ({error}): pip install -e '.[mcp]'") from None
+    serve(program)          # a missing or broken program.md: each tool says so, as each command does
 
 
 def skill(

@@ -52,6 +52,7 @@ command(agents.propose)
 command(agents.wait)
 command(agents.done)
 command(agents.skill)
+command(agents.mcp)
 # the morning
 command(morning.status)
 command(show.show)
