@@ -200,10 +200,9 @@ def propose(program: Program, tag: Optional[str], *, message: str, hypothesis: s
     (nightshift.proposed/1), once checked: only the target changed, it parses, the prediction
     is well formed (and, with `edits: knobs`, only declared knobs moved)."""
     from agent.interface.workcopy import WorkCopyError, open_copy
+    from agent.night.admission import edit_refusal
     from agent.record.records import Prediction
     from agent.researchers.inbox import AgentProposal, Inbox
-    from agent.target.knobs import KnobError, knob_edit
-    from agent.workspace.gate import check_source
 
     folder, state = started_night(program, tag)
     try:
@@ -211,15 +210,10 @@ def propose(program: Program, tag: Optional[str], *, message: str, hypothesis: s
         source = copy.proposal_source()
     except WorkCopyError as error:
         raise OperationError(str(error)) from None
-    base_source = _read_at(program.root, copy.base, copy.target)
-    gate = check_source(copy.target, base_source, source)
-    if not gate.ok:
-        raise OperationError(f"not filed: {gate.reason}")
-    if program.edits == "knobs":
-        try:
-            knob_edit(base_source or "", source, path=copy.target, declared=dict(program.knobs))
-        except KnobError as error:
-            raise OperationError(f"not filed: {error}") from None
+    refusal = edit_refusal(copy.base_source(), source, copy.target,
+                           dict(program.knobs) if program.edits == "knobs" else None)
+    if refusal is not None:          # the night's own gate, asked before anything is filed
+        raise OperationError(f"not filed: {refusal}")
     try:
         low, high = (float(v) for v in interval)
         prediction = Prediction(predict, delta, (low, high), confidence, rationale)
@@ -242,21 +236,24 @@ def wait(program: Program, tag: Optional[str], wanted: str, timeout_s: float) ->
     diff became. OperationError with ExitCode.LOOP when no night runs to decide it, TIMEOUT when
     `timeout_s` passed first."""
     from agent.record.ledger import read_snapshot
-    from agent.researchers.inbox import taken_proposals
+    from agent.researchers.inbox import Inbox, taken_proposals
 
     folder, _ = started_night(program, tag)
     if not wanted.startswith(("p", "e")):
         raise OperationError(f"{wanted!r}: expected a proposal id (p0001) or an experiment id (e0007)")
     deadline = time.monotonic() + timeout_s
+    ledger, seen, state = folder / LEDGER_FILE, None, None
     while True:
-        state = read_snapshot(folder).state
+        stamp = ledger.stat()
+        if (stamp.st_size, stamp.st_mtime_ns) != seen:   # read again only what changed: a night's
+            seen = (stamp.st_size, stamp.st_mtime_ns)     # ledger grows to megabytes
+            state = read_snapshot(folder).state
         experiment_id = (taken_proposals(state.experiments).get(wanted) if wanted.startswith("p")
                          else wanted)
         if wanted.startswith("e") and wanted not in state.experiments:
             raise OperationError(f"no experiment {wanted} on tag {folder.name}: it has "
                                  f"{', '.join(state.experiments) or 'none yet'}")
-        if (wanted.startswith("p") and experiment_id is None
-                and not (folder / "inbox" / f"{wanted}.json").exists()):
+        if wanted.startswith("p") and experiment_id is None and wanted not in Inbox(folder).ids():
             raise OperationError(f"no proposal {wanted} on tag {folder.name}")
         experiment = state.experiments.get(experiment_id or "")
         if experiment is not None and experiment.decided:
@@ -288,8 +285,3 @@ def _queued_ahead(inbox: Any, state: Any, proposal_id: str) -> int:
     taken = taken_proposals(state.experiments)
     return sum(1 for other in inbox.ids() if other < proposal_id and other not in taken)
 
-
-def _read_at(root: Path, commit: str, path: str) -> str | None:
-    found = subprocess.run(["git", "-C", str(root), "cat-file", "blob", f"{commit}:{path}"],
-                           capture_output=True)
-    return found.stdout.decode("utf-8", "replace") if found.returncode == 0 else None

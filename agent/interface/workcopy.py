@@ -67,6 +67,14 @@ class WorkCopy:
             raise WorkCopyError(f"cannot read {self.target_path}: {error}") from None
 
 
+    def base_source(self) -> str | None:
+        """The target's text at the base (None where the base has no such file)."""
+        try:
+            return _git(self.path, "cat-file", "blob", f"{self.base}:{self.target}", strip=False)
+        except WorkCopyError:
+            return None
+
+
 def checkout(repo_root: Path, tag: str, commit: str, target: str, dest: Path) -> WorkCopy:
     """A working copy of `commit` at `dest`, made, or reset when it is one already (the
     agent's edits there are dropped: a checkout starts a new proposal)."""
@@ -115,8 +123,8 @@ def _git_dir(path: Path) -> Path:
     return Path(_git(path, "rev-parse", "--path-format=absolute", "--git-dir"))
 
 
-def _git(cwd: Path, *args: str) -> str:
+def _git(cwd: Path, *args: str, strip: bool = True) -> str:
     done = subprocess.run([*_GIT, "-C", str(cwd), *args], capture_output=True, text=True)
     if done.returncode != 0:
         raise WorkCopyError(f"git {' '.join(args)} in {cwd}: {done.stderr.strip() or done.stdout.strip()}")
-    return done.stdout.strip()
+    return done.stdout.strip() if strip else done.stdout

@@ -109,15 +109,25 @@ def reapply(superseded: Experiment, experiment_id: str, incumbent: str, workspac
 def _gated(proposal: Proposal, current: str, target: str, knobs_only: Mapping[str, str] | None,
            rebased: ProposalRebased | None) -> Admission:
     """A candidate, unless the gate (or `edits: knobs`) refuses its source."""
-    gate = check_source(target, current, proposal.source)
+    refusal = edit_refusal(current, proposal.source, target, knobs_only)
+    if refusal is not None:
+        return Admission(Fate.INVALID, proposal, refusal, rebased)
+    return Admission(Fate.CANDIDATE, proposal, rebased=rebased)
+
+
+def edit_refusal(current: str | None, source: str, target: str,
+                 knobs_only: Mapping[str, str] | None) -> str | None:
+    """Why `source` may not replace `current` as the target (the gate, then `edits: knobs`),
+    or None. The night's rule; `nightshift propose` asks it too, before filing."""
+    gate = check_source(target, current, source)
     if not gate.ok:
-        return Admission(Fate.INVALID, proposal, gate.reason, rebased)
+        return gate.reason
     if knobs_only is not None:
         try:
-            knob_edit(current, proposal.source, path=target, declared=knobs_only)
+            knob_edit(current or "", source, path=target, declared=knobs_only)
         except KnobError as error:
-            return Admission(Fate.INVALID, proposal, str(error), rebased)
-    return Admission(Fate.CANDIDATE, proposal, rebased=rebased)
+            return str(error)
+    return None
 
 
 def commit_message(proposal: Proposal, experiment_id: str, rebased_from: str | None = None) -> str:

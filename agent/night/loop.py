@@ -39,7 +39,7 @@ from agent.night.in_flight import InFlight
 from agent.night.intake import Intake
 from agent.night.priority import RunRequest, runs_wanted
 from agent.night.proposals import Researchers
-from agent.night.reconcile import reconcile
+from agent.night.reconcile import file_orphan_head, reconcile
 from agent.night.stop_rules import StopRules
 from agent.preflight.checks import baseline_verdict
 from agent.preflight.failures import describe_error
@@ -412,14 +412,11 @@ class ResearchLoop:
         head = self.workspace.head()
         if head == incumbent:
             return
-        name = f"orphan-{head[:8]}"
-        self.workspace.discard(head, name, head)
-        self.workspace.reset_to(incumbent)
+        kept_under = file_orphan_head(self.workspace, head, incumbent)
         self.observer.message(
             f"branch {self.workspace.branch} was at {head[:8]}, a commit the night did not make: "
-            f"kept under refs/nightshift/{self.tag}/discarded/{name}, the branch is back at the "
-            f"incumbent {incumbent[:8]} (an agent proposes with `nightshift propose`, not by "
-            f"committing there)")
+            f"kept under {kept_under}, the branch is back at the incumbent {incumbent[:8]} (an "
+            f"agent proposes with `nightshift propose`, not by committing there)")
 
     # ---- starting runs ---------------------------------------------------------------------
 

@@ -27,10 +27,8 @@ def reconcile(workspace: Workspace, state: LoopState) -> list[str]:
             workspace.reset_to(state.incumbent)
             notes.append(f"branch moved from {head[:8]} to the incumbent {state.incumbent[:8]}")
         else:
-            workspace.discard(head, f"orphan-{head[:8]}", head)
-            workspace.reset_to(state.incumbent)
             notes.append(f"branch head {head[:8]} was not in the ledger; kept it under "
-                         f"refs/nightshift/{workspace.tag}/discarded/orphan-{head[:8]}")
+                         f"{file_orphan_head(workspace, head, state.incumbent)}")
     for name, sha in pending.items():
         experiment = state.experiments.get(name)
         if experiment is None or experiment.commit != sha:
@@ -45,6 +43,16 @@ def reconcile(workspace: Workspace, state: LoopState) -> list[str]:
         if experiment.commit and experiment.id not in pending:
             workspace.hold(experiment.commit, experiment.id)   # an older harness held it on the branch
     return notes
+
+
+def file_orphan_head(workspace: Workspace, head: str, incumbent: str) -> str:
+    """A branch head the night did not make (a commit behind its back, an older harness's
+    leftover) filed under a discarded ref, never lost and never a candidate, and the branch back
+    at `incumbent`. Returns the ref it is kept under."""
+    name = f"orphan-{head[:8]}"
+    workspace.discard(head, name, head)
+    workspace.reset_to(incumbent)
+    return f"refs/nightshift/{workspace.tag}/discarded/{name}"
 
 
 def _settle(workspace: Workspace, state: LoopState, experiment_id: str, sha: str) -> None:

@@ -17,7 +17,6 @@ waiting on runs does not count; the clock starts when the night goes quiet.
 """
 from __future__ import annotations
 
-import threading
 import time
 from pathlib import Path
 from typing import Callable, Iterable
@@ -43,8 +42,7 @@ class ExternalResearcher(Researcher):
         self.ledger = Path(results) / LEDGER_FILE
         self.silence_s = silence_s
         self._clock = clock
-        self._handed: set[str] = set(taken)
-        self._lock = threading.Lock()
+        self._handed: set[str] = set(taken)   # one thread calls propose (agent/night/proposals.py)
         self._last_heard = clock()
 
     def propose(self, context: ResearchContext) -> Proposal:
@@ -74,11 +72,10 @@ class ExternalResearcher(Researcher):
             return 0.0
 
     def _next(self) -> str | None:
-        with self._lock:
-            for proposal_id in self.inbox.ids():
-                if proposal_id not in self._handed:
-                    self._handed.add(proposal_id)
-                    return proposal_id
+        for proposal_id in self.inbox.ids():
+            if proposal_id not in self._handed:
+                self._handed.add(proposal_id)
+                return proposal_id
         return None
 
     def _proposal(self, proposal_id: str) -> Proposal:
