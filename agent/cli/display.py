@@ -15,7 +15,7 @@ from rich.table import Table
 from agent.decide.decision import pooled_sd
 from agent.record.events import DecisionMade, Direction, LoopStarted, Role, RunFinished, Usage, Verdict
 from agent.record.ledger import read_events
-from agent.record.state import LoopState, fold
+from agent.record.state import Experiment, LoopState, fold
 from agent.record.views import early_stops, queue_time, timeline_text, utilisation
 from cluster.protocol import Dispatched, Slot
 
@@ -23,7 +23,7 @@ STOPS_SHOWN = 10        # the latest stopped runs `status` lists (the report lis
 
 _LOSS = re.compile(r"\bloss[:= ]\s*([0-9.]+(?:e[-+]?\d+)?|nan|inf)", re.IGNORECASE)
 _VERDICT_COLOUR = {Verdict.KEEP: "bold green", Verdict.DISCARD: "yellow", Verdict.INCONCLUSIVE: "cyan",
-                  Verdict.SUPERSEDED: "magenta"}
+                  Verdict.SUPERSEDED: "magenta", Verdict.NO_EFFECT: "dim"}
 
 
 class RichObserver:
@@ -111,6 +111,8 @@ class RichObserver:
             comparison = event.decision.comparison if event.decision else None
             if comparison is not None:
                 evidence += f", {comparison.describe(event.effect)}"
+        if event.compute is not None:
+            evidence += f"; {event.compute.describe()}"
         # the whole reason: cut at 100 characters it ended mid-clause ("or the 3 pairs' own t test, ")
         self.console.print(f"[{colour}]{event.id} {event.verdict.value.upper()}[/{colour}]{evidence}"
                            f" — {event.reason}")
@@ -273,17 +275,32 @@ def print_status(console: Console, folder: Path, metric: str, state: LoopState |
     if state.stopped_reason:
         console.print(f"  last stop: {state.stopped_reason}")
     table = Table(show_edge=False, pad_edge=False)
-    for column in ("id", "commit", "verdict", "effect", "vs", "p", "seeds", "prediction", "description"):
+    for column in ("id", "commit", "verdict", "effect", "vs", "p", "seeds", "compute", "prediction",
+                   "description"):
         table.add_column(column)
     for experiment in list(state.experiments.values())[-15:]:
         decided, score = experiment.decision, experiment.score
         effect = decided.effect if decided else None
         p = decided.p_value if decided else None
         held = "" if score is None else ("held" if score.covered else "missed")
-        table.add_row(experiment.id, (experiment.commit or "-")[:8], str(experiment.verdict or "running"),
+        table.add_row(experiment.id, (experiment.commit or "-")[:8], _verdict_word(experiment),
                       f"{effect:+.4f}" if effect is not None else "-",
                       _measured_against(decided),
                       f"{p:.3g}" if p is not None else "-",
-                      str(len(decided.seeds) if decided else 0), held, experiment.description[:50])
+                      str(len(decided.seeds) if decided else 0), _compute_word(experiment), held,
+                      experiment.description[:50])
     if state.experiments:
         console.print(table)
+
+
+def _verdict_word(experiment: Experiment) -> str:
+    """The verdict, and `(compute)` beside a discard that won with more run time than allowed."""
+    made = experiment.decision
+    refused = made is not None and made.evidence.get("refused") == "compute"
+    return str(experiment.verdict or "running") + (" (compute)" if refused else "")
+
+
+def _compute_word(experiment: Experiment) -> str:
+    """The candidate's run time as a multiple of the incumbent's (`-`: not measured)."""
+    made = experiment.decision
+    return f"{made.compute.ratio:.2f}x" if made is not None and made.compute is not None else "-"

@@ -28,6 +28,9 @@ def run(
     hours: Optional[float] = typer.Option(None, help="Stop after this many hours (no new run starts later)."),
     budget: Optional[str] = typer.Option(None, help="Training budget per run, e.g. 60s or 5m "
                                          "(overrides program.md)."),
+    compute: Optional[str] = typer.Option(None, help="What a keep may spend against the incumbent's "
+                                          "run time: equal (within run-time noise), a share more "
+                                          "like +25%, or free (overrides program.md's compute:)."),
     researcher: Optional[str] = typer.Option(None, help=" | ".join(RESEARCHER_NAMES) + "."),
     sandbox: Optional[str] = typer.Option(None, help="auto | local | docker."),
     script: Optional[Path] = typer.Option(None, help="Proposals file for the scripted researcher."),
@@ -87,7 +90,8 @@ def run(
 
     caps = {f"{llm}.{key}": value for llm in ("claude", "openai")   # whichever researcher runs
             for key, value in (("max_usd", max_usd), ("max_tokens_total", max_tokens))}
-    prog = load(program, {"budget": budget, "researcher": researcher, "sandbox": sandbox, **caps,
+    prog = load(program, {"budget": budget, "compute": compute, "researcher": researcher,
+                          "sandbox": sandbox, **caps,
                           "workers": workers, "overlap": overlap, "cluster": cluster,
                           "cluster_address": cluster_address})
     tag = tag or default_tag()

@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterable
 
 from agent.decide.decision import pooled_sd
 from agent.interface.jsonable import numbers, plain
+from agent.record.codec import encode
 from agent.interface.runs import in_flight_view, run_view, seed_values
 from agent.preflight.lock import Holder
 from agent.program import Program
@@ -212,6 +213,7 @@ def _experiment_document(night: Night, experiment: Experiment, kind: str, diff_o
             "invalid_reason": experiment.invalid_reason,
             "decision": _decision(test),
             "evidence": numbers(made.evidence) if made is not None else {},
+            "compute": encode(made.compute) if made is not None and made.compute else None,
             "score": _score(experiment),
             "stopped_early": _stop(experiment),
             "rebased": _rebase(experiment),

@@ -2,10 +2,12 @@
 functions of the night's state (the loop asks them; nothing here records anything)."""
 from __future__ import annotations
 
+from agent.decide.compute import cost
 from agent.decide.decision import DecisionRule, Evidence, RunMore, pooled_sd
 from agent.decide.integrity import Flag, judge_experiment
+from agent.decide.no_effect import no_effect
 from agent.program import Program
-from agent.record.events import Direction, Role
+from agent.record.events import ComputeCost, Direction, Role
 from agent.record.state import Experiment, LoopState
 from agent.run.budget import judge_budget
 
@@ -42,6 +44,21 @@ def integrity_flag(state: LoopState, program: Program, experiment: Experiment) -
                      for r in base)
     return judge_experiment(experiment.runs, reference, budget_s=budget, wall_clock=wall_clock,
                             metric=program.metric, baseline=base)
+
+
+def compute_cost(state: LoopState, program: Program, experiment: Experiment) -> ComputeCost | None:
+    """The candidate's finished runs' time against the incumbent's (any role: a run's time does
+    not select it), under program.md's compute: (agent.decide.compute). Runs stopped early
+    are not in the state's runs: they were cut short."""
+    incumbent = [r for r in state.runs if r.commit == experiment.parent]
+    return cost(experiment.runs, incumbent, program.compute)
+
+
+def inert(state: LoopState, experiment: Experiment) -> str | None:
+    """Why the candidate did nothing (its runs equal the incumbent's on the same seeds), or
+    None (agent.decide.no_effect)."""
+    incumbent = {seed: [value for _, value in runs] for seed, runs in state.timeline(experiment.parent).items()}
+    return no_effect(state.ok_values(experiment.commit, Role.CANDIDATE), incumbent)
 
 
 def waiting(state: LoopState, asked: RunMore | None, experiment: Experiment) -> bool:

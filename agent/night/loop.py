@@ -29,12 +29,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
+from agent.decide.compute import clearly_over, refusal
 from agent.decide.decision import DecisionRule, Evidence, RunMore
 from agent.decide.scoring import score_prediction
 from agent.night.context import evaluation_plan, research_context
 from agent.night.early_stops import EarlyStopping, stop_decision, stopped_reason
-from agent.night.evidence import (evidence_for, incumbent_measured, integrity_flag,
-                                  night_history, waiting)
+from agent.night.evidence import (compute_cost, evidence_for, incumbent_measured, inert,
+                                  integrity_flag, night_history, waiting)
 from agent.night.in_flight import InFlight
 from agent.night.intake import Intake
 from agent.night.priority import RunRequest, runs_wanted
@@ -337,6 +338,15 @@ class ResearchLoop:
             if flag is not None:   # bent how it is measured: never kept, whatever the numbers
                 self._decide(experiment, flag.verdict, None, flag.reason, flag.evidence)
                 continue
+            unchanged = inert(self.state, experiment)
+            if unchanged is not None:   # the same numbers as the incumbent: no effect to test
+                self._decide(experiment, Verdict.NO_EFFECT, None, unchanged)
+                continue
+            spent = compute_cost(self.state, self.program, experiment)
+            if clearly_over(spent):   # no seed can make it a keep: stop spending runs on it
+                self._decide(experiment, Verdict.DISCARD, None, refusal(spent, self.program.compute),
+                             {"refused": "compute"})
+                continue
             stop = experiment.stopped_early
             if stop is not None:   # a run of it was stopped early: a discard once its runs ended
                 if not self.flight.of(experiment.id):
@@ -346,6 +356,12 @@ class ResearchLoop:
             if waiting(self.state, self._asked.get(experiment.id), experiment):
                 continue
             step = self.rule.next(self._evidence(experiment))
+            if isinstance(step, Decision) and step.verdict == Verdict.KEEP and spent and spent.over:
+                # a win, bought with more compute than program.md allows: the test stands
+                # in the record (the researcher learns it won), the commit is not kept
+                self._decide(experiment, Verdict.DISCARD, step, refusal(spent, self.program.compute),
+                             {"refused": "compute"})
+                continue
             if isinstance(step, Decision):
                 self._decide(experiment, step.verdict, step, step.reason)
                 if step.verdict == Verdict.KEEP:
@@ -380,7 +396,8 @@ class ResearchLoop:
         score = score_prediction(experiment.prediction, decision, self.program.direction)
         event = self.ledger.append(DecisionMade(
             id=experiment.id, commit=experiment.commit, incumbent=incumbent, verdict=verdict,
-            decision=decision, reason=reason, score=score, evidence=dict(evidence or {})))
+            decision=decision, reason=reason, score=score, evidence=dict(evidence or {}),
+            compute=compute_cost(self.state, self.program, experiment)))
         self._decided_here += 1
         self._asked.pop(experiment.id, None)
         self.flight.cancel(experiment.id)
@@ -402,7 +419,8 @@ class ResearchLoop:
         self.proposals.observe(experiment, Outcome(
             experiment_id=experiment.id, verdict=verdict, measured_delta=delta,
             candidate_mean=experiment.mean(), reason=reason,
-            stopped_early=experiment.stopped_early is not None and verdict == Verdict.DISCARD))
+            stopped_early=experiment.stopped_early is not None and verdict == Verdict.DISCARD,
+            over_compute=(evidence or {}).get("refused") == "compute"))
 
     def _reclaim_branch(self, incumbent: str) -> None:
         """The night's branch is the night's: a commit made on it behind its back (an agent in

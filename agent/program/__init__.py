@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from agent.decide import fdr, rules
+from agent.decide.compute import ComputePolicy, parse_policy
 from agent.decide.decision import RuleSettings, SeedPlan
 from agent.decide.early_stop import EarlyStopSettings
 from agent.program import values as v
@@ -84,6 +85,9 @@ class Program:
     direction: Direction = Direction.MINIMIZE
     budget_s: float = 60.0        # YAML `budget`
     grace_s: float = 60.0         # YAML `grace`: startup + final evaluation past the budget
+    # YAML `compute`: how much more run time than the incumbent's a keep may spend (equal,
+    # +25%, free; agent/decide/compute.py): a win that is only a bigger model is not kept
+    compute: ComputePolicy = field(default_factory=ComputePolicy)
     seeds: SeedPlan = field(default_factory=SeedPlan)
     alpha: float = RuleSettings.alpha
     min_effect: float = RuleSettings.min_effect   # smallest improvement worth keeping, metric units
@@ -196,6 +200,13 @@ def _sbatch_options(value: Any) -> dict[str, str | bool]:
     return options
 
 
+def _compute_policy(value: Any) -> ComputePolicy:
+    try:
+        return parse_policy(value)
+    except ValueError as exc:
+        raise v.Invalid(str(exc)) from None
+
+
 def _seed_check(plan: SeedPlan) -> None:
     if plan.screen > plan.max:
         raise v.Invalid(f"screen ({plan.screen}) exceeds max ({plan.max}); "
@@ -258,6 +269,7 @@ _FIELDS: dict[str, tuple[str, Parser]] = {
     "direction": ("direction", lambda x: Direction(v.choice(*(d.value for d in Direction))(x))),
     "budget": ("budget_s", v.budget),
     "grace": ("grace_s", parse_duration),
+    "compute": ("compute", _compute_policy),
     "seeds": ("seeds", lambda v: _seed_plan(v if isinstance(v, dict) or v is None else {"max": v})),
     "alpha": ("alpha", v.check(v.number, lambda a: 0 < a <= 0.5, "a number in (0, 0.5]")),
     "min_effect": ("min_effect", v.check(v.number, lambda x: x >= 0, "a number >= 0")),
@@ -285,6 +297,8 @@ _BY_ATTR = {attr: key for key, (attr, _) in _FIELDS.items()}
 
 def _unparse(key: str, value: Any) -> Any:
     """A parsed value back in a form its parser accepts (for with_overrides)."""
+    if isinstance(value, ComputePolicy):
+        return str(value)
     if key not in _RECORDS:
         return list(value) if isinstance(value, tuple) else value
     return {sub: dataclasses.asdict(item) if dataclasses.is_dataclass(item) else item

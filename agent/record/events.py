@@ -42,12 +42,13 @@ from typing import Any, ClassVar, Mapping
 
 from agent.record.codec import decode, encode
 from agent.record.curves import Curve
-from agent.record.records import (ChangeStatus, Comparison, Decision, Direction, ExitCode, Prediction,
-                                  PredictedDirection, Probe, Role, Score, TargetRole, Usage, Verdict)
+from agent.record.records import (ChangeStatus, Comparison, ComputeCost, Decision, Direction, ExitCode,
+                                  Prediction, PredictedDirection, Probe, Role, Score, TargetRole, Usage,
+                                  Verdict)
 from sandbox import Status
 
 __all__ = [  # the records events carry are importable from here too: one place to look
-    "ChangeStatus", "Comparison", "Decision", "Direction", "ExitCode", "Prediction", "PredictedDirection",
+    "ChangeStatus", "Comparison", "ComputeCost", "Decision", "Direction", "ExitCode", "Prediction", "PredictedDirection",
     "Probe", "Role", "Score", "TargetRole", "Usage", "Verdict",
     "Event", "LoopFacts", "LoopStarted", "LoopResumed", "LoopStopped", "HypothesisQueued",
     "ExperimentFacts", "ExperimentProposed", "ExperimentInvalid", "ProposalRebased", "RunIdentity",
@@ -328,6 +329,7 @@ class DecisionMade(Event):
     decision: Decision | None = None
     score: Score | None = None
     evidence: dict[str, Any] = field(default_factory=dict)
+    compute: ComputeCost | None = None    # the candidate's run time against the incumbent's
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "DecisionMade":

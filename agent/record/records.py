@@ -42,6 +42,8 @@ class Verdict(str, enum.Enum):
     INTERRUPTED = Status.INTERRUPTED.value
     OVER_BUDGET = "over_budget"       # its training ran clearly longer than its paired incumbent's
     IGNORES_SEED = "ignores_seed"     # its seeds gave the same model (or far inside the noise)
+    NO_EFFECT = "no_effect"           # its runs equal the incumbent's on the same seeds: the
+                                      # change did nothing the metric sees (not kept, not a loss)
 
     def __str__(self) -> str:
         return self.value
@@ -49,7 +51,8 @@ class Verdict(str, enum.Enum):
     @property
     def is_failure(self) -> bool:
         """Something went wrong before the rule could decide: invalid, or a run failed."""
-        return self not in (Verdict.KEEP, Verdict.DISCARD, Verdict.INCONCLUSIVE, Verdict.SUPERSEDED)
+        return self not in (Verdict.KEEP, Verdict.DISCARD, Verdict.INCONCLUSIVE, Verdict.SUPERSEDED,
+                            Verdict.NO_EFFECT)
 
     @property
     def is_integrity(self) -> bool:
@@ -257,6 +260,44 @@ class Decision:
 
     def to_dict(self) -> dict[str, Any]:
         return encode(self)
+
+
+@dataclass(frozen=True)
+class ComputeCost:
+    """What a candidate's runs spent against the incumbent's (agent/decide/compute.py): the
+    medians of the harness's own training wall clock over each side's finished runs, and the
+    ratio program.md's `compute:` allows (None: `free`). The parameter counts and steps are the
+    script's own figures where both sides print them: they say why the time differs."""
+
+    candidate_s: float
+    incumbent_s: float
+    ratio: float                          # candidate_s / incumbent_s
+    allowed: float | None                 # the most ratio a keep may have (None: any)
+    candidate_runs: int = 0
+    incumbent_runs: int = 0
+    candidate_params: float | None = None
+    incumbent_params: float | None = None
+    candidate_steps: float | None = None
+    incumbent_steps: float | None = None
+
+    @property
+    def over(self) -> bool:
+        """More compute than program.md lets a keep buy."""
+        return self.allowed is not None and self.ratio > self.allowed
+
+    def describe(self) -> str:
+        """`compute 1.06x (11.8 s vs 11.1 s)`, with parameters or steps where they differ."""
+        return f"compute {self.ratio:.2f}x ({self.seconds()})"
+
+    def seconds(self) -> str:
+        """`11.8 s vs 11.1 s`, with parameters or steps where they differ."""
+        why = []
+        for name, cand, inc in (("params", self.candidate_params, self.incumbent_params),
+                                ("steps", self.candidate_steps, self.incumbent_steps)):
+            if cand is not None and inc is not None and cand != inc:
+                why.append(f"{name} {cand:,.0f} vs {inc:,.0f}")
+        extra = f", {', '.join(why)}" if why else ""
+        return f"{self.candidate_s:.1f} s vs {self.incumbent_s:.1f} s{extra}"
 
 
 @dataclass(frozen=True)

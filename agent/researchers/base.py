@@ -72,6 +72,8 @@ class Outcome:
     candidate_mean: float | None
     reason: str = ""
     stopped_early: bool = False     # a discard stopped early: its curve was losing, no value
+    over_compute: bool = False      # not kept for spending more run time than program.md allows
+                                    # (whatever its value): more of the same is refused again
 
 
 class ResearcherError(RuntimeError):

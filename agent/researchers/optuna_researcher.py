@@ -144,9 +144,11 @@ class OptunaResearcher(Researcher):
                 for key, val in attrs.items():
                     trial.set_user_attr(key, val)
             try:
-                if outcome.stopped_early:
+                if outcome.stopped_early or outcome.over_compute:
                     # Optuna's own word for a trial its curve showed losing: TPE ranks it with
-                    # the worse ones, where a failure would be left out of the model.
+                    # the worse ones, where a failure would be left out of the model. A trial
+                    # refused for its compute goes there too, whatever it scored: its value
+                    # would steer the search toward ever bigger models the night refuses.
                     self.study.tell(number, state=TrialState.PRUNED)
                 elif has_value:
                     self.study.tell(number, value)

@@ -240,6 +240,7 @@ def _experiment_row(state: LoopState, experiment: Experiment, tag_dir: Path,
         shown_note = (f"fresh seeds · selection mean {experiment.mean():.4f}" if fresh is not None
                       else "selection mean: not yet measured on fresh seeds")
     reason = experiment.invalid_reason or (decided.reason if decided else "")
+    refused = decided is not None and decided.evidence.get("refused") == "compute"
     diff = experiment.diff or _diff(experiment, tag_dir, repo)
     return {
         "id": experiment.id, "commit": experiment.commit, "parent": experiment.parent,
@@ -259,7 +260,9 @@ def _experiment_row(state: LoopState, experiment: Experiment, tag_dir: Path,
         "duration_s": sum(r.duration_s or 0 for r in experiment.runs),
         "prediction": encode(experiment.prediction) if experiment.prediction else None,
         "score": encode(score) if score else None,
-        "reason": reason if verdict not in (Verdict.KEEP, Verdict.DISCARD) else
+        # its run time against the incumbent's (agent/decide/compute.py): what a keep cost
+        "compute": encode(decided.compute) if decided and decided.compute else None,
+        "reason": reason if verdict not in (Verdict.KEEP, Verdict.DISCARD) or refused else
                   f"stopped early at {experiment.stopped_early.checkpoint:.0%}: a discard, not a measurement"
                   if experiment.stopped_early is not None and verdict == Verdict.DISCARD else "",
         "diff": diff[:MAX_DIFF_CHARS], "diff_clipped": len(diff) > MAX_DIFF_CHARS,

@@ -66,7 +66,11 @@ def judge_budget(duration_s: float | None, budget_s: float, grace_s: float, *,
     its budget stopped on its own."""
     duration = duration_s or 0.0
     evidence = _step_evidence(duration, steps, planned_steps, peers)
-    if duration > budget_s + budget_tolerance_s(budget_s, grace_s):
+    # A script that stops at the deadline ends its training a little past it (the last step,
+    # the export): the tolerance. One that counts steps never looks at the budget, so any
+    # time past it is compute the budget did not bound.
+    tolerance = 0.0 if evidence else budget_tolerance_s(budget_s, grace_s)
+    if duration > budget_s + tolerance:
         over = round(duration - budget_s, 1)
         why = (f"step-budgeted ({evidence}), so a slower machine or a slower candidate takes longer"
                if evidence else "it does not stop at the budget (step-budgeted, or it ignores "

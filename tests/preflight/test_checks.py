@@ -38,6 +38,16 @@ def test_a_step_budgeted_run_slowed_by_load_is_still_judged_step_budgeted():
     assert past.kind == "over_budget" and "step-budgeted (the same 500 steps" in past.note
 
 
+def test_a_step_count_run_past_its_budget_is_flagged_without_the_deadline_tolerance():
+    """makemore's bigger model: 501 steps in 71 s under a 60 s budget. A script that counts
+    steps never looks at the budget, so the seconds a deadline-stopping script is allowed for
+    its last step and export are compute here: flagged. The same time by the wall clock alone
+    is a script stopping at its deadline, within the tolerance."""
+    past = judge_budget(71.0, 60.0, 60.0, steps=501, planned_steps=501)
+    assert past.kind == "over_budget" and past.over_s == 11.0
+    assert judge_budget(71.0, 60.0, 60.0).kind == "wall_clock"
+
+
 def test_a_wall_clock_run_is_not_taken_for_a_step_count():
     """Steps that vary with the machine, or equal steps in about the same time (two
     wall-clock runs can tie), leave the wall-clock judgement alone."""
