@@ -13,6 +13,8 @@ a name -> space mapping over assignments where the user keeps them, in any case:
       learning_rate: log(1e-4, 1e-2)    # `learning_rate = 6e-4` at module level
       TrainConfig.lr: log(1e-5, 1e-3)   # a dataclass field default (`lr` alone when unique)
       optimizer.beta2: float(0.9, 0.999)  # a key of a YAML target (dotted for nesting)
+      n_layer: int(2, 8)                # `parser.add_argument('--n-layer', default=4)`
+      --n-embd: choice(32, 64, 128)     # the same, by its flag (click options too)
 
 Grammar of the annotation (the last thing in the line's comment):
     search: float(lo, hi)        uniform float in [lo, hi]
