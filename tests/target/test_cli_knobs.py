@@ -5,10 +5,12 @@ from pathlib import Path
 
 import pytest
 
+from agent.program import ProgramError, load_program
 from agent.record.records import Direction
 from agent.researchers.base import ResearchContext
 from agent.researchers.optuna_researcher import OptunaResearcher
 from agent.target.knobs import DeclaredKnobError, KnobError, find_knobs, knob_edit, set_knobs
+from agent.target.overrides import overridden
 
 MAKEMORE = Path(__file__).resolve().parents[1] / "fixtures" / "makemore" / "makemore.py"
 SOURCE = MAKEMORE.read_text()
@@ -76,6 +78,27 @@ def test_the_optuna_researcher_rewrites_makemore_defaults(tmp_path):
     changed = {f for f in before if before[f] != after[f]}
     assert changed and changed <= {"--n-layer", "--n-embd", "--batch-size", "--learning-rate"}
     assert len(proposal.source.splitlines()) == len(SOURCE.splitlines())
+
+
+def test_a_command_that_passes_the_flag_makes_its_default_dead(tmp_path):
+    dead = overridden(SOURCE, "makemore.py", "python makemore.py --n-layer 6 --seed {seed} -i names.txt")
+    assert [(o.name, o.line) for o in dead] == [("ModelConfig.n_layer", 37), ("--seed", 606), ("--n-layer", 611)]
+    assert dead[2].describe() == "the default of --n-layer (line 611) by --n-layer 6"
+    (tmp_path / "makemore.py").write_text(SOURCE)
+    program = tmp_path / "program.md"
+    program.write_text("---\ntarget: makemore.py\ncommand: python makemore.py --n-layer 6 --seed {seed}\n"
+                       "knobs:\n  n_layer: int(2, 8)\n  --n-embd: choice(32, 64, 128)\n---\n")
+    with pytest.raises(ProgramError) as caught:
+        load_program(program)
+    message = str(caught.value)
+    assert "field 'knobs.n_layer': the command passes --n-layer 6, which overrides the default of " \
+           "--n-layer in makemore.py (line 611)" in message, message
+    program.write_text(program.read_text().replace(" --n-layer 6", " --n-embd=128"))
+    with pytest.raises(ProgramError, match=r"program.md:6: field 'knobs.--n-embd': the command passes "
+                                           r"--n-embd=128, which overrides the default of --n-embd"):
+        load_program(program)
+    program.write_text(program.read_text().replace(" --n-embd=128", ""))
+    assert load_program(program).knobs == {"n_layer": "int(2, 8)", "--n-embd": "choice(32, 64, 128)"}
 
 
 # ---- small scripts ------------------------------------------------------------------------
