@@ -9,7 +9,7 @@ from agent.program import ProgramError, load_program
 from agent.record.records import Direction
 from agent.researchers.base import ResearchContext
 from agent.researchers.optuna_researcher import OptunaResearcher
-from agent.target.knobs import DeclaredKnobError, KnobError, find_knobs, knob_edit, set_knobs
+from agent.target.knobs import DeclaredKnobError, KnobError, find_knobs, knob_edit, parse_assignments, set_knobs
 from agent.target.overrides import overridden
 
 MAKEMORE = Path(__file__).resolve().parents[1] / "fixtures" / "makemore" / "makemore.py"
@@ -66,6 +66,14 @@ def test_an_edit_of_makemore_is_a_knob_edit_only_when_it_touches_defaults_alone(
     help_too = new.replace('help="number of layers"', 'help="layers"')
     with pytest.raises(KnobError, match="line 611"):
         knob_edit(SOURCE, help_too, path="makemore.py", declared=DECLARED)
+
+
+def test_assignment_hypotheses_name_flag_knobs_either_way():
+    knobs = find_knobs(SOURCE, path="makemore.py", declared=DECLARED)
+    assert parse_assignments("--n-layer 6, n_embd=128", knobs) == {"n_layer": 6, "--n-embd": 128}
+    assert parse_assignments("set --learning-rate to 2e-3", knobs) == {"learning_rate": 2e-3}
+    with pytest.raises(KnobError):
+        parse_assignments("n_layer 6", knobs)   # a bare name still needs = or to
 
 
 def test_the_optuna_researcher_rewrites_makemore_defaults(tmp_path):
