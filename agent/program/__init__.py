@@ -418,14 +418,16 @@ def _check_knobs(program: Program, locate: Callable[[str], str]) -> None:
         raise ProgramError(f"{locate('target')}: field 'target': {program.target}: {exc}; fix that "
                            f"`# search:` annotation, or name the knobs in program.md's knobs: "
                            f"(which replaces the annotations)") from None
-    dead = {o.name: o for o in overridden(source, program.target, program.command)}
+    dead = overridden(source, program.target, program.command)
     for knob in knobs:
-        hit = dead.get(knob.name) or next((o for n, o in dead.items() if n.endswith("." + knob.name)), None)
+        # the knob's own line first: makemore's `n_layer` is --n-layer's default, not the
+        # ModelConfig.n_layer field that the same flag also overrides
+        hit = next((o for o in sorted(dead, key=lambda o: o.line != knob.line) if o.hits(knob.name, knob.line)), None)
         if hit is not None:
             field_name = f"knobs.{knob.name}" if declared else "command"
             raise ProgramError(
                 f"{locate(field_name)}: field {field_name!r}: the command passes "
-                f"{hit.flag.text}, which overrides {hit.name} in {program.target} (line {hit.line}): "
+                f"{hit.flag.text}, which overrides {hit.what()} in {program.target} (line {hit.line}): "
                 f"the researcher's edits to it would do nothing. Remove {hit.flag.text} from command "
                 f"(the target's value is what runs then), or drop the knob")
 

@@ -262,9 +262,9 @@ def knob_spaces(value: Any) -> dict[str, str]:
     spaces: dict[str, str] = {}
     for name, space in value.items():
         name = str(name)
-        if not re.fullmatch(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w-]*)*", name):
+        if not re.fullmatch(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w-]*)*|--?[A-Za-z_][\w.-]*", name):
             raise Invalid(f"{name!r} is not an assignment name (like learning_rate, "
-                           f"TrainConfig.lr or optimizer.lr for a YAML key)", key=name)
+                           f"TrainConfig.lr, optimizer.lr for a YAML key or --n-layer for a flag)", key=name)
         try:
             parse_space(str(space))
         except KnobError as exc:

@@ -13,6 +13,8 @@ a name -> space mapping over assignments where the user keeps them, in any case:
       learning_rate: log(1e-4, 1e-2)    # `learning_rate = 6e-4` at module level
       TrainConfig.lr: log(1e-5, 1e-3)   # a dataclass field default (`lr` alone when unique)
       optimizer.beta2: float(0.9, 0.999)  # a key of a YAML target (dotted for nesting)
+      n_layer: int(2, 8)                # `parser.add_argument('--n-layer', default=4)`
+      --n-embd: choice(32, 64, 128)     # the same, by its flag (click options too)
 
 Grammar of the annotation (the last thing in the line's comment):
     search: float(lo, hi)        uniform float in [lo, hi]
@@ -195,15 +197,16 @@ def _space_text(knob: Knob) -> str:
     return f"{knob.kind}({knob.low}, {knob.high})"
 
 
-_ASSIGN_PART = re.compile(r"^(?:set\s+)?(?P<name>[A-Za-z_]\w*)\s*(?:=|:|\bto\b)\s*(?P<value>.+?)$", re.IGNORECASE)
+_ASSIGN_PART = re.compile(r"^(?:set\s+)?(?:(?P<flag>--?[A-Za-z_][\w-]*)(?:\s*[=:]\s*|\s+to\s+|\s+)"
+                          r"|(?P<name>[A-Za-z_]\w*)\s*(?:=|:|\bto\b)\s*)(?P<value>.+?)$", re.IGNORECASE)
 _LEAD_VERB = re.compile(r"^(?:try|test|use|set)\b\s*", re.IGNORECASE)
 
 
 def parse_assignments(text: str, knobs: list[Knob]) -> dict[str, Any]:
     """Read a human hypothesis that is nothing but knob assignments, e.g. `LR=1e-3`,
-    `set N_LAYER to 4`, `try LR = 1e-3, WARMUP_FRAC = 0.1`. Returns {knob: value} with values
-    coerced to the knob's type; raises KnobError saying why when the text is anything else
-    (then only a researcher that reads prose can test it)."""
+    `set N_LAYER to 4`, `try LR = 1e-3, WARMUP_FRAC = 0.1`, `--n-layer 6` (a flag knob).
+    Returns {knob: value} with values coerced to the knob's type; raises KnobError saying
+    why when the text is anything else (then only a researcher that reads prose can test it)."""
     by_name = {k.name: k for k in knobs}
     body = _LEAD_VERB.sub("", text.strip().rstrip(".").strip())
     parts = [p for p in re.split(r"\s*(?:,|;|\band\b)\s*", body) if p]
@@ -214,11 +217,20 @@ def parse_assignments(text: str, knobs: list[Knob]) -> dict[str, Any]:
         match = _ASSIGN_PART.match(part.strip())
         if match is None:
             raise KnobError(f"{part!r} is not a knob assignment like `LR=1e-3`")
-        knob = by_name.get(match.group("name")) or by_name.get(match.group("name").upper())
+        name = match.group("flag") or match.group("name")
+        knob = by_name.get(name) or by_name.get(name.upper()) or _flag_knob(knobs, name)
         if knob is None:
-            raise KnobError(f"{match.group('name')!r} is not an annotated knob")
+            raise KnobError(f"{name!r} is not an annotated knob")
         result[knob.name] = _coerce(knob, match.group("value").strip())
     return result
+
+
+def _flag_knob(knobs: list[Knob], name: str) -> Knob | None:
+    """A flag knob named either way: `--n-embd=128` for the knob `n_embd`, `n_embd=128` for
+    the knob `--n-embd` (a flag reads `-` as `_`)."""
+    key = name.lstrip("-").replace("-", "_")
+    return next((k for k in knobs if k.name.startswith("-") or name.startswith("-")
+                 if k.name.lstrip("-").replace("-", "_") == key), None)
 
 
 def _coerce(knob: Knob, text: str) -> Any:

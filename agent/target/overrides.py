@@ -9,7 +9,8 @@ can say so, a declared knob there is an error, and an LLM researcher is told the
 
 A flag is `--name=value`, `--name value` or a bare `--name`, with `-` and `_` the same; it
 matches an assignment of the same name: a module-level name or a class field (Python), a
-dotted key of a scalar (YAML/JSON: `--trainer.max_time` sets `trainer.max_time`).
+dotted key of a scalar (YAML/JSON: `--trainer.max_time` sets `trainer.max_time`), or the
+default of an argparse argument or click option with that long flag (named `--n-layer`).
 
 `step_count(source, path, command)` is the number of steps a step-budgeted run takes, when
 the command or the target says it under one of the usual names (`max_iters`, `max_steps`,
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 
 import yaml
 
+from agent.target.cli_knobs import cli_options
 from agent.target.knob_targets import is_yaml
 
 # Names under which scripts give their number of optimizer steps (nanoGPT, HF, Lightning, ...).
@@ -52,7 +54,17 @@ class Override:
     flag: Flag
 
     def describe(self) -> str:
-        return f"{self.name} (line {self.line}) by {self.flag.text}"
+        return f"{self.what()} (line {self.line}) by {self.flag.text}"
+
+    def what(self) -> str:
+        return f"the default of {self.name}" if self.name.startswith("-") else self.name
+
+    def hits(self, knob_name: str, knob_line: int) -> bool:
+        """Whether this is the line of a knob: by name, a flag's default by its line (the
+        knob may be named by its dest, `n_layer`, or by another of its flags)."""
+        if self.name.startswith("-"):
+            return self.line == knob_line
+        return self.name == knob_name or self.name.endswith("." + knob_name)
 
 
 @dataclass(frozen=True)
@@ -96,8 +108,9 @@ def command_flags(command: str) -> list[Flag]:
 
 def assignments(source: str, path: str) -> dict[str, tuple[int, str]]:
     """Every name the target assigns a value to -> (line, value as written): Python
-    module-level names and class fields, or YAML/JSON dotted keys of scalars. Empty when
-    the file does not parse (program.md's checks say why elsewhere)."""
+    module-level names, class fields and argparse/click defaults (under each long flag,
+    `--n-layer`), or YAML/JSON dotted keys of scalars. Empty when the file does not parse
+    (program.md's checks say why elsewhere)."""
     return _yaml_assignments(source) if is_yaml(path) else _python_assignments(source)
 
 
@@ -106,7 +119,11 @@ def overridden(source: str, path: str, command: str) -> list[Override]:
     flags = {flag.name: flag for flag in command_flags(command)}
     found = []
     for name, (line, value) in assignments(source, path).items():
-        flag = flags.get(normalise(name.rsplit(".", 1)[-1] if not is_yaml(path) else name))
+        if name.startswith("--"):
+            key = name[2:]
+        else:
+            key = name.rsplit(".", 1)[-1] if not is_yaml(path) else name
+        flag = flags.get(normalise(key))
         if flag is not None:
             found.append(Override(name, line, value, flag))
     return sorted(found, key=lambda o: o.line)
@@ -159,6 +176,12 @@ def _python_assignments(source: str) -> dict[str, tuple[int, str]]:
             for sub in node.body:
                 if isinstance(sub, (ast.Assign, ast.AnnAssign)):
                     add(sub, node.name)
+    for option in cli_options(tree):   # an argparse/click default, under each long flag
+        default = option.keyword("default")
+        where = default if default is not None else option.call
+        for flag in option.flags:
+            if flag.startswith("--"):
+                found[flag] = (where.lineno, ast.get_source_segment(source, default) if default else "")
     return found
 
 
