@@ -116,6 +116,7 @@ NEEDS = {need.kind: need for need in (
     Need("bedrock", _modules("botocore"), "pip install -e '.[bedrock]'"),
     Need("submitit", _modules("submitit"), "pip install -e '.[slurm]'"),
     Need("hf", _modules("transformers", "accelerate"), "pip install -e '.[hf]'"),
+    Need("makemore", _modules("tensorboard"), "pip install -e '.[makemore]'"),
     Need("mcp", _modules("mcp"), "pip install -e '.[mcp]'"),
     Need("docs", _modules("mkdocs", "material", "mkdocstrings", "mkdocs_gen_files"),
          "pip install -e '.[docs]'"),
