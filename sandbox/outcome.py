@@ -255,11 +255,65 @@ def no_metric_reason(metric: str, result_note: str, metric_pattern: str | None, 
     best = max((score for score, _ in scored), default=0)
     near = [_shorten(line, 120) for score, line in scored if best and score == best][-3:]
     nearly = f"; lines that nearly matched: {' | '.join(near)}" if near else ""
+    suggested = suggest_pattern(metric, metric_pattern, [line for score, line in scored if best and score == best])
+    if suggested:
+        nearly += f"; this would capture it: metric_pattern: '{suggested}'"
     return (f"exited 0 but reported no {metric!r} ({result_note} in $NIGHTSHIFT_OUT, no "
             f"`{metric}: <value>` line after a `---` line in the log, {pattern}){nearly}. Report it one of "
             f"three ways: write {{\"{metric}\": ...}} to $NIGHTSHIFT_OUT/{result_file}, print a "
             f"`---` line then `{metric}: <value>`, or set metric_pattern in program.md to a "
             f"regular expression whose one group captures the value")
+
+
+_NUMBER_TEXT = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+_REGEX_SPECIALS = set(".^$*+?{}[]\\|()")
+
+
+def suggest_pattern(metric: str, metric_pattern: str | None, near: list[str]) -> str | None:
+    """A `metric_pattern` that captures the metric from the latest near-miss line naming it
+    (the words of `metric`, test_loss: "test loss", "test_loss", or those before the given
+    pattern's group) followed by a number, e.g. `test loss: ([0-9.]+)` from
+    "step 500 train loss: 2.31 test loss: 2.35"; None unless it matches that line and
+    captures the number there."""
+    for words in _name_words(metric, metric_pattern):
+        named = re.compile(r"[\W_]*".join(map(re.escape, words)) + rf"\W*?(?=({_NUMBER_TEXT})(?!\w))",
+                           re.IGNORECASE)
+        for line in reversed(near):
+            hits = list(named.finditer(line))
+            if not hits:
+                continue
+            last = hits[-1]
+            number = last.group(1)
+            group = "([0-9.]+)" if re.fullmatch(r"[0-9.]+", number) else "([-+0-9.eE]+)"
+            start = last.start() if len(hits) == 1 else _word_before(line, last.start())
+            suggested = _literal(line[start:last.end()]) + group
+            check = list(re.finditer(suggested, line))
+            if check and check[-1].group(1) == number and "'" not in suggested:
+                return suggested
+    return None
+
+
+def _name_words(metric: str, metric_pattern: str | None) -> list[list[str]]:
+    """The word sequences a line might name the metric by: the metric's, then the words just
+    before the pattern's group (the text its author saw)."""
+    found = [re.findall(r"[A-Za-z]+|\d+", metric)]
+    if metric_pattern and "(" in metric_pattern:
+        before = re.split(r"[^A-Za-z ]", metric_pattern[:metric_pattern.index("(")])[-1]
+        if before.split():
+            found.append(before.split())
+    return [words for words in found if words]
+
+
+def _word_before(line: str, start: int) -> int:
+    """Where the word before `start` begins: context for a name the line repeats (the test
+    loss of "train loss: 2.31 test loss: 2.35")."""
+    match = re.search(r"(\w+)\W*$", line[:start])
+    return match.start(1) if match else start
+
+
+def _literal(text: str) -> str:
+    """`text` as a regex matching it, spaces kept readable."""
+    return "".join("\\" + c if c in _REGEX_SPECIALS else c for c in text)
 
 
 def describe_exit(exit_code: int | None) -> str:

@@ -166,6 +166,39 @@ def test_a_crash_names_no_frame_the_repository_does_not_hold(tmp_path):
     assert crash_reason(tmp_path, "Traceback\nKeyError: 'x'\n", tmp_path) == "exit code 1: KeyError: 'x'"
 
 
+MAKEMORE_LOG = ("step 490 | loss 2.3301 | step time 10.12ms\n"
+                "step 500 train loss: 2.3145678691864014 test loss: 2.3512\n"
+                "step 500 | loss 2.3107 | step time 10.40ms\n")
+
+
+def no_metric(tmp_path, log: str, metric: str, pattern: str | None) -> str:
+    status, _, _, reason = classify(exit_code=0, timed_out=False, oom_killed=False, interrupted=False,
+                                    out_dir=tmp_path, log_tail=log, metric=metric, metric_pattern=pattern)
+    assert status == Status.NO_METRIC
+    return reason
+
+
+@pytest.mark.parametrize("log, metric, pattern, suggested, value", [
+    (MAKEMORE_LOG, "test_loss", None, "test loss: ([0-9.]+)", 2.3512),
+    (MAKEMORE_LOG, "test_loss", "val loss ([0-9.]+)", "test loss: ([0-9.]+)", 2.3512),
+    (MAKEMORE_LOG, "val_loss", "test loss ([0-9.]+)", "test loss: ([0-9.]+)", 2.3512),
+    (NANOGPT_LOG, "val_loss", r"val_loss=([0-9.]+)", "val loss ([0-9.]+)", 2.0),
+    ("epoch 3 val_bpb=1.5e-3 done\n", "val_bpb", None, "val_bpb=([-+0-9.eE]+)", 1.5e-3),
+])
+def test_a_wrong_pattern_gets_one_that_captures_the_metric(tmp_path, log, metric, pattern, suggested, value):
+    reason = no_metric(tmp_path, log, metric, pattern)
+    assert f"this would capture it: metric_pattern: '{suggested}'" in reason
+    # the suggestion, as program.md would carry it, finds the number the line printed
+    status, found, _, _ = classify(exit_code=0, timed_out=False, oom_killed=False, interrupted=False,
+                                   out_dir=tmp_path, log_tail=log, metric=metric, metric_pattern=suggested)
+    assert (status, found) == (Status.OK, value)
+
+
+def test_no_pattern_is_suggested_without_a_number_after_the_name(tmp_path):
+    assert "would capture" not in no_metric(tmp_path, "test loss unavailable\nstep 3\n", "test_loss", None)
+    assert "would capture" not in no_metric(tmp_path, "hello\n", "val_bpb", None)
+
+
 def test_a_long_error_line_is_cut_in_the_middle_so_the_path_survives(tmp_path):
     path = "/very/long/" + "x" * 300 + "/data/shakespeare_char/train.bin"
     _, _, _, reason = judge(tmp_path, exit_code=1, log=f"FileNotFoundError: No such file: '{path}'")
