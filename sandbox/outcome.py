@@ -255,7 +255,8 @@ def no_metric_reason(metric: str, result_note: str, metric_pattern: str | None, 
     best = max((score for score, _ in scored), default=0)
     near = [_shorten(line, 120) for score, line in scored if best and score == best][-3:]
     nearly = f"; lines that nearly matched: {' | '.join(near)}" if near else ""
-    suggested = suggest_pattern(metric, metric_pattern, [line for score, line in scored if best and score == best])
+    suggested = suggest_pattern(metric, metric_pattern, [line for score, line in scored if best and score == best],
+                                text)
     if suggested:
         nearly += f"; this would capture it: metric_pattern: '{suggested}'"
     return (f"exited 0 but reported no {metric!r} ({result_note} in $NIGHTSHIFT_OUT, no "
@@ -269,28 +270,35 @@ _NUMBER_TEXT = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 _REGEX_SPECIALS = set(".^$*+?{}[]\\|()")
 
 
-def suggest_pattern(metric: str, metric_pattern: str | None, near: list[str]) -> str | None:
-    """A `metric_pattern` that captures the metric from the latest near-miss line naming it
-    (the words of `metric`, test_loss: "test loss", "test_loss", or those before the given
-    pattern's group) followed by a number, e.g. `test loss: ([0-9.]+)` from
-    "step 500 train loss: 2.31 test loss: 2.35"; None unless it matches that line and
-    captures the number there."""
+def suggest_pattern(metric: str, metric_pattern: str | None, near: list[str], text: str = "") -> str | None:
+    """A `metric_pattern` that captures the metric from a near-miss line naming it (the words
+    of `metric`, test_loss: "test loss", "test_loss", or those before the given pattern's
+    group) followed by a number, e.g. `test loss: ([0-9.]+)` from
+    "step 500 train loss: 2.31 test loss: 2.35"; only one that matches its line and captures
+    the number there. Of the lines' suggestions, the one matching most lines of `text` wins
+    (the script's regular report, not a one-off "test loss 2.1 is the best so far"), then
+    the earliest (such a note follows the report it repeats)."""
     for words in _name_words(metric, metric_pattern):
         named = re.compile(r"[\W_]*".join(map(re.escape, words)) + rf"\W*?(?=({_NUMBER_TEXT})(?!\w))",
                            re.IGNORECASE)
-        for line in reversed(near):
-            hits = list(named.finditer(line))
-            if not hits:
-                continue
-            last = hits[-1]
-            number = last.group(1)
-            group = "([0-9.]+)" if re.fullmatch(r"[0-9.]+", number) else "([-+0-9.eE]+)"
-            start = last.start() if len(hits) == 1 else _word_before(line, last.start())
-            suggested = _literal(line[start:last.end()]) + group
-            check = list(re.finditer(suggested, line))
-            if check and check[-1].group(1) == number and "'" not in suggested:
-                return suggested
+        found = list(dict.fromkeys(filter(None, (_captures(named, line) for line in near))))
+        if found:
+            return max(found[:5], key=lambda pattern: len(re.findall(pattern, text)))
     return None
+
+
+def _captures(named: re.Pattern[str], line: str) -> str | None:
+    """The pattern capturing the number after the last of `named` in `line`, or None."""
+    hits = list(named.finditer(line))
+    if not hits:
+        return None
+    last = hits[-1]
+    number = last.group(1)
+    group = "([0-9.]+)" if re.fullmatch(r"[0-9.]+", number) else "([-+0-9.eE]+)"
+    start = last.start() if len(hits) == 1 else _word_before(line, last.start())
+    suggested = _literal(line[start:last.end()]) + group
+    check = list(re.finditer(suggested, line))
+    return suggested if check and check[-1].group(1) == number and "'" not in suggested else None
 
 
 def _name_words(metric: str, metric_pattern: str | None) -> list[list[str]]:

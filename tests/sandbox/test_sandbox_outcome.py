@@ -166,9 +166,12 @@ def test_a_crash_names_no_frame_the_repository_does_not_hold(tmp_path):
     assert crash_reason(tmp_path, "Traceback\nKeyError: 'x'\n", tmp_path) == "exit code 1: KeyError: 'x'"
 
 
+# makemore.py's lines: its evaluation every 500 steps, and a note when the test loss improved
 MAKEMORE_LOG = ("step 490 | loss 2.3301 | step time 10.12ms\n"
-                "step 500 train loss: 2.3145678691864014 test loss: 2.3512\n"
-                "step 500 | loss 2.3107 | step time 10.40ms\n")
+                "step 500 train loss: 2.3145678691864014 test loss: 2.3412\n"
+                "test loss 2.3412 is the best so far, saving model to out/model.pt\n"
+                "step 1000 train loss: 2.3045678691864014 test loss: 2.3512\n"
+                "step 1000 | loss 2.3107 | step time 10.40ms\n")
 
 
 def no_metric(tmp_path, log: str, metric: str, pattern: str | None) -> str:
@@ -180,8 +183,10 @@ def no_metric(tmp_path, log: str, metric: str, pattern: str | None) -> str:
 
 @pytest.mark.parametrize("log, metric, pattern, suggested, value", [
     (MAKEMORE_LOG, "test_loss", None, "test loss: ([0-9.]+)", 2.3512),
+    (MAKEMORE_LOG.replace("2.3512", "2.3300") + "test loss 2.3300 is the best so far, saving model to out/model.pt\n",
+     "test_loss", None, "test loss: ([0-9.]+)", 2.33),      # its last line is the note, not the report
     (MAKEMORE_LOG, "test_loss", "val loss ([0-9.]+)", "test loss: ([0-9.]+)", 2.3512),
-    (MAKEMORE_LOG, "val_loss", "test loss ([0-9.]+)", "test loss: ([0-9.]+)", 2.3512),
+    (MAKEMORE_LOG, "val_loss", "Test Loss ([0-9.]+)", "test loss: ([0-9.]+)", 2.3512),
     (NANOGPT_LOG, "val_loss", r"val_loss=([0-9.]+)", "val loss ([0-9.]+)", 2.0),
     ("epoch 3 val_bpb=1.5e-3 done\n", "val_bpb", None, "val_bpb=([-+0-9.eE]+)", 1.5e-3),
 ])
