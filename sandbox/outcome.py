@@ -18,7 +18,7 @@ import re
 import signal
 import stat
 from datetime import datetime, timezone
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any, Callable
 
 from sandbox.protocol import RunResult, RunSpec, Status
@@ -174,6 +174,7 @@ def classify(*, exit_code: int | None, timed_out: bool, oom_killed: bool, interr
              out_dir: Path, log_tail: str, metric: str, metric_pattern: str | None = None,
              metrics_pattern: str | None = None, log_text: str | None = None,
              result_file: str = RESULT_FILE, metric_required: bool = True,
+             repository: Path | None = None,
              ) -> tuple[Status, float | None, dict[str, Any], str]:
     """Decide how a run ended: (status, metric value or None, metrics, one-line reason).
 
@@ -186,7 +187,8 @@ def classify(*, exit_code: int | None, timed_out: bool, oom_killed: bool, interr
     patterns found in `log_text` (default: `log_tail`): result.json wins, then the summary,
     then the last match of `metric_pattern` (its one group is the metric) and of
     `metrics_pattern` (each named group a figure). With `metric_required` False (a training
-    step an evaluator scores) an exit 0 is OK whatever it reported. Missing -> NO_METRIC (the reason names
+    step an evaluator scores) an exit 0 is OK whatever it reported. A crash's reason names the
+    last traceback frame in `repository` (the run's snapshot), not a library's. Missing -> NO_METRIC (the reason names
     every way to report it and the lines that nearly matched), not a finite number ->
     BAD_METRIC, else OK. The metrics dict is returned for every status, so a crash still
     shows what the script managed to report.
@@ -203,10 +205,12 @@ def classify(*, exit_code: int | None, timed_out: bool, oom_killed: bool, interr
     if oom_killed:
         return Status.OOM, None, metrics, "killed for memory (the memory limit was hit)"
     if failed:
+        where = user_frame(text, repository)
+        error = last_error_line(log_tail) + (f" ({where})" if where else "")
         evidence = next((e for e in _OOM_EVIDENCE if e in log_tail), None)
         if evidence:
-            return Status.OOM, None, metrics, f"{describe_exit(exit_code)}, out of memory: {last_error_line(log_tail)}"
-        return Status.CRASH, None, metrics, f"{describe_exit(exit_code)}: {last_error_line(log_tail)}"
+            return Status.OOM, None, metrics, f"{describe_exit(exit_code)}, out of memory: {error}"
+        return Status.CRASH, None, metrics, f"{describe_exit(exit_code)}: {error}"
     if not metric_required:
         return Status.OK, None, metrics, ""
     if metric not in metrics:
@@ -251,11 +255,73 @@ def no_metric_reason(metric: str, result_note: str, metric_pattern: str | None, 
     best = max((score for score, _ in scored), default=0)
     near = [_shorten(line, 120) for score, line in scored if best and score == best][-3:]
     nearly = f"; lines that nearly matched: {' | '.join(near)}" if near else ""
+    suggested = suggest_pattern(metric, metric_pattern, [line for score, line in scored if best and score == best],
+                                text)
+    if suggested:
+        nearly += f"; this would capture it: metric_pattern: '{suggested}'"
     return (f"exited 0 but reported no {metric!r} ({result_note} in $NIGHTSHIFT_OUT, no "
             f"`{metric}: <value>` line after a `---` line in the log, {pattern}){nearly}. Report it one of "
             f"three ways: write {{\"{metric}\": ...}} to $NIGHTSHIFT_OUT/{result_file}, print a "
             f"`---` line then `{metric}: <value>`, or set metric_pattern in program.md to a "
             f"regular expression whose one group captures the value")
+
+
+_NUMBER_TEXT = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+_REGEX_SPECIALS = set(".^$*+?{}[]\\|()")
+
+
+def suggest_pattern(metric: str, metric_pattern: str | None, near: list[str], text: str = "") -> str | None:
+    """A `metric_pattern` that captures the metric from a near-miss line naming it (the words
+    of `metric`, test_loss: "test loss", "test_loss", or those before the given pattern's
+    group) followed by a number, e.g. `test loss: ([0-9.]+)` from
+    "step 500 train loss: 2.31 test loss: 2.35"; only one that matches its line and captures
+    the number there. Of the lines' suggestions, the one matching most lines of `text` wins
+    (the script's regular report, not a one-off "test loss 2.1 is the best so far"), then
+    the earliest (such a note follows the report it repeats)."""
+    for words in _name_words(metric, metric_pattern):
+        named = re.compile(r"[\W_]*".join(map(re.escape, words)) + rf"\W*?(?=({_NUMBER_TEXT})(?!\w))",
+                           re.IGNORECASE)
+        found = list(dict.fromkeys(filter(None, (_captures(named, line) for line in near))))
+        if found:
+            return max(found[:5], key=lambda pattern: len(re.findall(pattern, text)))
+    return None
+
+
+def _captures(named: re.Pattern[str], line: str) -> str | None:
+    """The pattern capturing the number after the last of `named` in `line`, or None."""
+    hits = list(named.finditer(line))
+    if not hits:
+        return None
+    last = hits[-1]
+    number = last.group(1)
+    group = "([0-9.]+)" if re.fullmatch(r"[0-9.]+", number) else "([-+0-9.eE]+)"
+    start = last.start() if len(hits) == 1 else _word_before(line, last.start())
+    suggested = _literal(line[start:last.end()]) + group
+    check = list(re.finditer(suggested, line))
+    return suggested if check and check[-1].group(1) == number and "'" not in suggested else None
+
+
+def _name_words(metric: str, metric_pattern: str | None) -> list[list[str]]:
+    """The word sequences a line might name the metric by: the metric's, then the words just
+    before the pattern's group (the text its author saw)."""
+    found = [re.findall(r"[A-Za-z]+|\d+", metric)]
+    if metric_pattern and "(" in metric_pattern:
+        before = re.split(r"[^A-Za-z ]", metric_pattern[:metric_pattern.index("(")])[-1]
+        if before.split():
+            found.append(before.split())
+    return [words for words in found if words]
+
+
+def _word_before(line: str, start: int) -> int:
+    """Where the word before `start` begins: context for a name the line repeats (the test
+    loss of "train loss: 2.31 test loss: 2.35")."""
+    match = re.search(r"(\w+)\W*$", line[:start])
+    return match.start(1) if match else start
+
+
+def _literal(text: str) -> str:
+    """`text` as a regex matching it, spaces kept readable."""
+    return "".join("\\" + c if c in _REGEX_SPECIALS else c for c in text)
 
 
 def describe_exit(exit_code: int | None) -> str:
@@ -279,6 +345,42 @@ def last_error_line(log_tail: str) -> str:
         return "no output"
     line = next((l for l in reversed(lines) if _ERROR_LINE.match(l)), lines[-1])
     return _shorten(line, 240)
+
+
+_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)', re.MULTILINE)
+# Where libraries live: an installed package, the standard library, code that is no file.
+_LIBRARY = re.compile(r"^<|[/\\](site|dist)-packages[/\\]|[/\\]lib[/\\]python\d+(\.\d+)?t?[/\\]")
+
+
+def user_frame(text: str, repository: Path | None = None) -> str | None:
+    """Where the last traceback in `text` left the user's code: its last frame outside the
+    libraries, e.g. `makemore.py line 77, in forward`, so a crash deep in torch still names
+    the script's line. With `repository` (the run's snapshot), a frame counts only when its
+    file is one of the repository's, named by its path there (`train/train.py`), whatever
+    folder the backend ran it from; without, by its file name."""
+    start = text.rfind("Traceback (most recent call last):")
+    if start < 0:
+        return None
+    for path, line, function in reversed(_FRAME.findall(text, start)):
+        if _LIBRARY.search(path):
+            continue
+        shown = _repository_path(path, repository) if repository is not None else PurePath(path).name
+        if shown:
+            return f"{shown} line {line}, in {function}"
+    return None
+
+
+def _repository_path(path: str, repository: Path) -> str | None:
+    """`path` (as the run saw it: a copy, an overlay, a container's folder) as a path inside
+    `repository`: its longest ending that names a file there, or None."""
+    parts = [part for part in PurePath(path).parts if part not in ("/", "\\")]
+    if ".." in parts:
+        return None
+    for first in range(len(parts)):
+        candidate = PurePath(*parts[first:])
+        if (repository / candidate).is_file():
+            return candidate.as_posix()
+    return None
 
 
 def _shorten(line: str, limit: int) -> str:
@@ -379,7 +481,7 @@ def run_result(spec: RunSpec, log: CappedLog, *, exit_code: int | None, timed_ou
         exit_code=exit_code, timed_out=timed_out, oom_killed=oom_killed, interrupted=interrupted,
         out_dir=spec.out_dir, log_tail=tail, metric=spec.metric, metric_pattern=spec.metric_pattern,
         metrics_pattern=spec.metrics_pattern, result_file=spec.result_file,
-        metric_required=spec.metric_required, log_text=log.tail(None))
+        metric_required=spec.metric_required, log_text=log.tail(None), repository=spec.snapshot_dir)
     return RunResult(status=status, exit_code=exit_code, metric=metric, metrics=metrics,
                      duration_s=round(duration_s, 3), peak_memory_mb=peak_memory_mb, log_path=log.path,
                      log_tail=tail, backend=backend, started_at=started_at, ended_at=utc_now(),

@@ -33,15 +33,37 @@ def error_of(text: str, overrides: dict | None = None) -> str:
 
 @pytest.mark.parametrize("front, evaluate, edits", [
     ("", "python train/evaluate.py", "free"),                                # the bundled command
-    ("command: python mine.py\n", None, "free"),                              # a script of yours
-    ("command: python mine.py\nevaluate: python score.py {train_out}\n", "python score.py {train_out}", "free"),
-    ("command: python mine.py\nevaluate: null\n", None, "free"),
-    ("target: conf.yaml\ncommand: python mine.py\n", None, "knobs"),          # a config target
+    ("command: python mine.py\nmetric: loss\n", None, "free"),                # a script of yours
+    ("command: python mine.py\nmetric: loss\nevaluate: python score.py {train_out}\n",
+     "python score.py {train_out}", "free"),
+    ("command: python mine.py\nmetric: loss\nevaluate: null\n", None, "free"),
+    ("target: conf.yaml\ncommand: python mine.py\nmetric: loss\n", None, "knobs"),  # a config target
     ("edits: knobs\n", "python train/evaluate.py", "knobs"),
 ])
 def test_evaluate_and_edits_auto_follow_the_fields_they_depend_on(tmp_path, front, evaluate, edits):
     program = load_program(write(tmp_path, f"---\n{front}---\nbrief\n"))
     assert (program.evaluate, program.edits) == (evaluate, edits)
+
+
+@pytest.mark.parametrize("front", [
+    "command: python makemore.py -i names.txt\n",                          # a script of yours
+    "evaluate: python score.py {train_out}\n",                             # an evaluator of yours
+    "command: python makemore.py\nevaluate: null\n",
+])
+def test_a_script_of_yours_must_name_its_metric(tmp_path, front):
+    # The bundled example's val_bpb taken silently made a later error name a metric the user
+    # never wrote; the error now names the file, the field and the line to add.
+    message = error_of(f"---\n{front}---\n")
+    assert message.startswith("program.md: field 'metric': missing")
+    assert "val_bpb" in message and "Add `metric: val_loss`" in message and "metric_pattern:" in message
+
+
+def test_the_bundled_scripts_keep_the_default_metric_and_an_override_names_one(tmp_path):
+    assert parse_program("---\nevaluate: null\n---\n", "program.md").metric == "val_bpb"
+    assert parse_program("---\ncommand: python x.py\nevaluate: python train/evaluate.py\n---\n",
+                         "program.md").metric == "val_bpb"
+    given = parse_program("---\ncommand: python x.py\n---\n", "program.md", {"metric": "loss"})
+    assert given.metric == "loss" and given.with_overrides(budget="2s").metric == "loss"
 
 
 def test_train_out_belongs_to_the_evaluation_step(tmp_path):

@@ -30,9 +30,11 @@ class RichObserver:
     """Implements agent.run.observer.Observer with rich: messages, and a live bar per run in
     flight (its worker, seed and role, the last loss it printed, the time left)."""
 
-    def __init__(self, console: Console | None = None, metric: str = "val_bpb") -> None:
+    def __init__(self, console: Console | None = None, metric: str = "val_bpb",
+                 results: Path | None = None) -> None:
         self.console = console or Console(highlight=False)
         self.metric = metric
+        self.results = results   # results/<tag>/, which the runs' logs are relative to
         self._progress: Progress | None = None
         self._tasks: dict[str, tuple[int, float, float]] = {}   # run_id -> (task, start, budget)
         self._lock = threading.Lock()    # output() comes from the workers' threads
@@ -98,6 +100,9 @@ class RichObserver:
         self.console.print(f"  {who}{run.experiment or 'incumbent'} seed {run.seed} "
                            f"{run.role.value:<9} [{colour}]{status}[/{colour}] "
                            f"{shown} ({run.duration_s or 0:.0f}s{graded}{where}){over}", soft_wrap=not run.ok)
+        if status != "stopped" and not run.ok and self.results is not None and run.log:
+            # the one-line reason is a summary; the whole traceback is in the log
+            self.console.print(f"    log: {from_here(self.results / run.log)}", soft_wrap=True)
 
     def decided(self, event: DecisionMade) -> None:
         colour = _VERDICT_COLOUR.get(event.verdict, "red")
@@ -116,6 +121,14 @@ class RichObserver:
         # the whole reason: cut at 100 characters it ended mid-clause ("or the 3 pairs' own t test, ")
         self.console.print(f"[{colour}]{event.id} {event.verdict.value.upper()}[/{colour}]{evidence}"
                            f" — {event.reason}")
+
+
+def from_here(path: Path) -> str:
+    """`path` relative to the current folder when it lies under it, else absolute."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path.resolve())
 
 
 def usage_lines(usage: Usage) -> list[str]:

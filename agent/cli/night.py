@@ -107,7 +107,7 @@ def run(
             silence_s = parse_duration(agent_silence)
         except Exception:
             raise fail(f"--agent-silence {agent_silence!r}: expected a duration like 30m or 2h.") from None
-    observer = RichObserver(console, metric=prog.metric)
+    observer = RichObserver(console, metric=prog.metric, results=prog.root / "results" / tag)
     page = start_beside_night(prog, tag, serve_host, serve_port) if serve else None
     try:
         session = open_session(prog, tag, researcher=prog.researcher, observer=observer,
@@ -256,7 +256,8 @@ def noise(
     tag = tag or default_tag()
     # noise measures a commit, not the checkout: uncommitted edits are reported, not refused
     session = open_session(prog, tag, researcher="optuna",
-                           observer=RichObserver(console, metric=prog.metric), allow_dirty=True)
+                           observer=RichObserver(console, metric=prog.metric, results=prog.root / "results" / tag),
+                           allow_dirty=True)
     try:
         _measure_noise(session, prog, commit, seeds)
     finally:

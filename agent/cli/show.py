@@ -15,6 +15,9 @@ from rich.markup import escape
 
 from agent.cli.common import ProgramOpt, console, load, reported
 
+# A prediction and its score are raw differences of the metric, unlike an effect (positive =
+# better); every line showing one says which, so a minimized metric's -0.01 reads as a gain.
+DELTA = "candidate − incumbent"
 DYNAMICS_SHOWN = 8       # figures of a run's result.json the text shows (--json has them all)
 
 
@@ -84,7 +87,7 @@ def _head(doc: dict[str, Any]) -> list[str]:
     if p is not None:
         why = f": {escape(p['rationale'])}" if p["rationale"] else ""
         lines.append(f"prediction: {p['direction']}, delta {p['expected_delta']:+.4f} "
-                     f"{_interval(p['interval'])} at {p['confidence']:.0%}{why}")
+                     f"{_interval(p['interval'])} at {p['confidence']:.0%} ({DELTA}){why}")
     return lines
 
 
@@ -100,14 +103,15 @@ def _decision(doc: dict[str, Any]) -> list[str]:
     score = doc["score"]
     if score is not None:
         lines.append(f"prediction {'held' if score['covered'] else 'missed'}: measured delta "
-                     f"{score['measured_delta']:+.4f}, direction "
+                     f"{score['measured_delta']:+.4f} ({DELTA}), direction "
                      f"{'right' if score['direction_right'] else 'wrong'}")
     for key, value in doc["evidence"].items():
         lines.append(f"evidence: {escape(str(key))} {escape(str(value))}")
     stop = doc["stopped_early"]
     if stop is not None:
         lines.append(f"stopped early at {stop['reached']:.0%} of its budget (seed {stop['seed']}): "
-                     f"predicted {stop['predicted']:+.4f} {_interval(stop['interval'])}")
+                     f"predicted effect {stop['predicted']:+.4f} {_interval(stop['interval'])} "
+                     f"(positive = better)")
     level = [f"selection mean {_num(doc['mean'])}"] if doc["mean"] is not None else []
     level += [f"fresh seeds {_num(doc['fresh_mean'])}"] if doc["fresh_mean"] is not None else []
     level += [f"vs parent {_num(doc['delta'], '+.4f')}"] if doc["delta"] is not None else []

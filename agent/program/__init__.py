@@ -1,7 +1,8 @@
 """The research program: `program.md`, YAML front matter for the harness, prose for the researcher.
 
 Contract:
-- every field has a default, so a file without front matter is valid (all prose);
+- every field has a default, so a file without front matter is valid (all prose), except
+  `metric:` for a command of the user's own (the default, val_bpb, is the bundled example's);
 - values come from the file, then from overrides (CLI flags, `Program.with_overrides`),
   and both pass through the same parsers in `_FIELDS`;
 - anything wrong raises `ProgramError` naming the file, the field, the line and the fix,
@@ -340,6 +341,7 @@ def _build(path: Path, root: Path, prose: str, raw: dict[str, Any], lines: dict[
 
     values, where = _resolve_auto(values, where)
     program = Program(path=path, root=root, prose=prose, **values, locations={"": name, **where})
+    _check_metric_named(program, where, name)
     if program.target in program.protected:
         blamed = "protected" if "protected" in where else "target"
         raise ProgramError(f"{where.get(blamed, name)}: field {blamed!r}: "
@@ -355,6 +357,23 @@ def _build(path: Path, root: Path, prose: str, raw: dict[str, Any], lines: dict[
     _check_slurm(program, where, lambda dotted: f"{name}:{line_of(lines, dotted)}")
     _check_knobs(program, lambda dotted: f"{name}:{lines.get(dotted, lines.get(dotted.split('.')[0], '?'))}")
     return program
+
+
+def _check_metric_named(program: Program, where: dict[str, str], name: str) -> None:
+    """`metric:` is required unless the bundled scripts measure it: the default (val_bpb) is the
+    bundled example's, and a script of yours taking it silently would fail later on a metric
+    its author never wrote."""
+    if "metric" in where:
+        return
+    bundled = program.evaluate == BUNDLED_EVALUATE or (
+        program.evaluate is None and program.command == BUNDLED_COMMAND)
+    if bundled:
+        return
+    raise ProgramError(
+        f"{name}: field 'metric': missing; the command ({program.command}) is not the bundled one, "
+        f"so the bundled example's {Program.metric} is not its metric. Add `metric: val_loss` "
+        f"naming the number your script prints (a key of result.json or a `val_loss: 1.23` line), "
+        f"with `metric_pattern: 'val loss ([0-9.]+)'` if it prints it as text")
 
 
 def _resolve_auto(values: dict[str, Any], where: dict[str, str]) -> tuple[dict[str, Any], dict[str, str]]:

@@ -31,7 +31,7 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, Floa
 from optuna.trial import TrialState
 
 from agent.target.knobs import (
-    Knob, KnobError, find_knobs, format_value, parse_assignments, round_sig, same_value, set_knobs,
+    Knob, KnobError, find_knobs, format_sig, format_value, parse_assignments, round_sig, same_value, set_knobs,
 )
 from agent.researchers.local_moves import local_move, trust_radius
 from agent.researchers.prediction_stats import TriedConfig, predict_delta
@@ -286,13 +286,15 @@ class OptunaResearcher(Researcher):
         if self._last_move == "local":
             return (f"A local move of {names} from the incumbent, inside a trust region of "
                     f"{self._last_radius:.2g} of its range (it widens on keeps, narrows on "
-                    f"discards); the study's model predicts a delta of {delta:+.3g}.")
+                    f"discards); the study's model predicts a delta of {format_sig(delta)} "
+                    f"(candidate minus incumbent).")
         if not history:
             return f"Exploring {names}: TPE draws a first setting; no measured trials yet."
         best = max(history, key=lambda t: self.direction.sign * t.value)
         return (
             f"Changing {names} as TPE suggests from {len(history)} measured trials "
-            f"(best {metric} so far {best.value:.4g}); nearby settings predict a delta of {delta:+.3g}."
+            f"(best {metric} so far {best.value:.4g}); nearby settings predict a delta of "
+            f"{format_sig(delta)} (candidate minus incumbent)."
         )
 
     def _history(self) -> list[TriedConfig]:

@@ -158,3 +158,17 @@ def round_sig(value: float, digits: int = 3) -> float:
     if value == 0 or not math.isfinite(value):
         return value
     return float(f"{value:.{digits - 1}e}")
+
+
+def format_sig(value: float, digits: int = 3) -> str:
+    """`value` signed, to `digits` significant digits, in plain decimals while that stays
+    short (+0.0031, -12.3, +1230), else scientific (+3.1e-7): a delta a person reads, which
+    `:+.3g` can leave as "+0" beside a sentence's full stop."""
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g}".replace("-0", "0")
+    rounded = round_sig(value, digits)
+    exponent = math.floor(math.log10(abs(rounded)))
+    if not -5 <= exponent < 6:
+        return ("+" if rounded > 0 else "") + format_float(rounded)
+    text = f"{rounded:+.{max(digits - 1 - exponent, 0)}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text

@@ -47,14 +47,14 @@ from dataclasses import replace
 from typing import Any, Mapping
 
 from agent.target.knob_space import (  # re-exported: the public surface of knobs
-    SPACE_CALL, SPACE_KINDS, DeclaredKnobError, Knob, KnobError, SpaceKind, format_float, format_value,
-    parse_space, round_sig, same_value,
+    SPACE_CALL, SPACE_KINDS, DeclaredKnobError, Knob, KnobError, SpaceKind, format_float, format_sig,
+    format_value, parse_space, round_sig, same_value,
 )
 from agent.target.knob_targets import format_yaml, is_yaml, python_knob, value_span, yaml_knob
 
 __all__ = ["SPACE_KINDS", "DeclaredKnobError", "Knob", "KnobError", "SpaceKind", "find_knobs",
-           "format_float", "format_value", "is_yaml", "knob_edit", "knob_values", "parse_assignments",
-           "parse_knobs", "parse_space", "round_sig", "same_value", "set_knobs"]
+           "format_float", "format_sig", "format_value", "is_yaml", "knob_edit", "knob_values",
+           "parse_assignments", "parse_knobs", "parse_space", "round_sig", "same_value", "set_knobs"]
 
 _ANNOTATION = re.compile(r"#\s*search\s*:\s*(?P<rest>.*)$")
 

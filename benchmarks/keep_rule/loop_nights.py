@@ -99,6 +99,7 @@ budget: 1s
 grace: 30s
 sandbox: local
 researcher: scripted
+metric: val_bpb
 ---
 A synthetic target with known effects: each knob is on (1) or off (0).
 '''

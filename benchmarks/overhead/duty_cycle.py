@@ -55,6 +55,7 @@ grace: 30s
 seeds: {{baseline: 2, screen: 1, max: 4}}
 sandbox: local
 researcher: optuna
+metric: val_bpb
 ---
 Sleep-based runs whose knob does nothing.
 '''

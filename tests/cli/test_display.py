@@ -2,7 +2,8 @@
 from rich.console import Console
 
 from agent.cli.display import RichObserver
-from agent.record.events import Decision, DecisionMade, Verdict
+from agent.record.events import Decision, DecisionMade, Role, RunFinished, Verdict
+from sandbox.protocol import Status
 
 REASON = ("futility: p=0.45 >= 0.16 at look 3 (3 of up to 8 seeds, unknown regime; or the 3 pairs' "
           "own t test, Bonferroni)")
@@ -26,3 +27,25 @@ def test_a_decision_line_carries_the_rule_s_whole_reason():
 
 def test_one_seed_is_one_seed():
     assert "p=0.908 on 1 seed " in printed((1000,)).replace(",", " ")
+
+
+def finished_line(results, status: Status, reason: str = "") -> str:
+    console = Console(record=True, width=400, highlight=False)
+    run = RunFinished(run_id="r0007", commit="aa0559c1", seed=1000, role=Role.CANDIDATE, experiment="e0003",
+                      status=status, reason=reason, log="runs/r0007/log.txt", duration_s=12.0,
+                      metric=1.5 if status == Status.OK else None)
+    RichObserver(console, results=results).run_finished(run)
+    return console.export_text()
+
+
+def test_a_crashed_run_names_its_log_from_where_the_user_is(tmp_path, monkeypatch):
+    # the summary says what failed; the whole traceback is one path away
+    monkeypatch.chdir(tmp_path)
+    text = finished_line(tmp_path / "results" / "night1", Status.CRASH, "exit code 1: RuntimeError: boom")
+    assert "crash exit code 1: RuntimeError: boom" in text
+    assert "    log: results/night1/runs/r0007/log.txt" in text
+    (tmp_path / "results").mkdir()
+    monkeypatch.chdir(tmp_path / "results")
+    assert "log: night1/runs/r0007/log.txt" in finished_line(tmp_path / "results" / "night1", Status.CRASH)
+    assert "log:" not in finished_line(tmp_path / "results" / "night1", Status.OK)
+    assert "log:" not in finished_line(None, Status.CRASH)

@@ -4,6 +4,7 @@ shipped schema, closed (tests/interface/strict.py)."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from tests.interface.night import TAG
@@ -102,6 +103,9 @@ def test_without_json_a_person_reads_text(night):
     text = done.stdout
     assert text.startswith("e0001 keep") and "WIDTH 64 -> 128" in text
     assert "effect +0.0450 [+0.0100, +0.0800] p=0.012 on 2 seeds" in text
+    # the prediction is the metric's raw change, not an effect: it says so where it is shown
+    assert "prediction: improve, delta -0.0300 [-0.0600, +0.0000] at 80% (candidate − incumbent)" in text
+    assert re.search(r"prediction held: measured delta -0\.\d+ \(candidate − incumbent\)", text), text
     assert "grad_norm 0.8" in text and "curve: 5 points" in text and "+WIDTH = 128" in text
     status = cli(night, "status", "--tag", TAG)
     assert status.returncode == 0 and status.stdout.startswith(f"{TAG}: 5 experiments")

@@ -31,6 +31,7 @@ seeds: {baseline: 2, screen: 2, max: 4}
 early_stop: off
 sandbox: local
 researcher: external
+metric: val_bpb
 ---
 Make val_bpb small by changing toy.py.
 '''

@@ -46,6 +46,7 @@ sandbox: local
 researcher: claude
 control: 0.5
 workers: 1
+metric: val_bpb
 ---
 LEVEL + OFFSET + SHIFT is the metric: lower is better.
 '''

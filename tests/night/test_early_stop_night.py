@@ -67,6 +67,7 @@ grace: 30s
 seeds: {baseline: 2, screen: 1, max: 2, repeat: 0}
 sandbox: local
 researcher: scripted
+metric: val_bpb
 ---
 Sleep-paced runs that print a learning curve.
 '''

@@ -36,6 +36,7 @@ alpha: 0.5
 seeds: {baseline: 3, screen: 1, max: 2}
 sandbox: local
 researcher: optuna
+metric: val_bpb
 ---
 Pure noise: nothing here can be improved.
 '''

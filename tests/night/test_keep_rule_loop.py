@@ -36,6 +36,7 @@ grace: 30s
 seeds: {baseline: 4, screen: 1, max: 6}
 sandbox: local
 researcher: optuna
+metric: val_bpb
 ---
 Pure noise: nothing here can be improved.
 '''

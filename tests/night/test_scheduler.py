@@ -48,6 +48,7 @@ grace: 30s
 seeds: {baseline: 4, screen: 1, max: 4}
 sandbox: local
 researcher: optuna
+metric: val_bpb
 ---
 Sleep-based runs: DELAY is how long a run takes, LEVEL + OFFSET its metric.
 '''

@@ -44,6 +44,7 @@ sandbox: local
 researcher: {researcher}
 {settings}
 workers: 1
+metric: val_bpb
 ---
 NOTE is a label; lower val_bpb is better.
 '''

@@ -83,7 +83,7 @@ def run(seed: int, metric: float, duration: float = 5.0, status=Status.OK) -> Ru
 
 
 def test_identical_baseline_seeds_stop_the_loop_naming_cause_and_fix(tmp_path):
-    program = parse_program("---\ncommand: python train.py\nbudget: 60s\n---\n", tmp_path / "program.md")
+    program = parse_program("---\nmetric: val_loss\ncommand: python train.py\nbudget: 60s\n---\n", tmp_path / "program.md")
     state = fold([LoopStarted(tag="t", base_commit="base", budget_s=60.0),
                   *(run(s, 2.468282461166382) for s in range(3))])
     verdict = baseline_verdict(state, program, tmp_path)
@@ -95,7 +95,7 @@ def test_identical_baseline_seeds_stop_the_loop_naming_cause_and_fix(tmp_path):
 
 
 def test_a_seed_given_yet_ignored_gets_another_fix(tmp_path):
-    program = parse_program("---\ncommand: python train.py --seed {seed}\n---\n", tmp_path / "program.md")
+    program = parse_program("---\nmetric: val_loss\ncommand: python train.py --seed {seed}\n---\n", tmp_path / "program.md")
     state = fold([LoopStarted(tag="t", base_commit="base", budget_s=60.0), run(0, 1.0), run(1, 1.0)])
     assert "the command passes {seed}, yet" in baseline_verdict(state, program, tmp_path).stop
 
@@ -113,7 +113,7 @@ def test_verdict_lines_mark_each_check():
 def test_one_slow_start_beside_runs_inside_the_budget_is_not_a_failure(tmp_path):
     # The quick start's first baseline run on a cold disk cache took 26 s of a 15-s budget,
     # the next 20 s: a newcomer was told to fix a script that keeps its budget.
-    program = parse_program("---\ncommand: python train.py\nbudget: 15s\n---\n", tmp_path / "program.md")
+    program = parse_program("---\nmetric: val_loss\ncommand: python train.py\nbudget: 15s\n---\n", tmp_path / "program.md")
     cold = fold([LoopStarted(tag="t", base_commit="base", budget_s=15.0),
                  run(0, 2.74, duration=26.2), run(1, 2.75, duration=20.1)])
     budget = next(c for c in baseline_verdict(cold, program, tmp_path).checks if c.name == "budget respected")

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from agent.target.knobs import (
-    DeclaredKnobError, KnobError, find_knobs, format_float, knob_values, parse_assignments,
+    DeclaredKnobError, KnobError, find_knobs, format_float, format_sig, knob_values, parse_assignments,
     parse_knobs, set_knobs,
 )
 
@@ -129,6 +129,15 @@ def test_set_knobs_rejects_unknown_names_and_wrong_types():
 def test_float_formatting_is_compact_and_round_trips(value, text):
     assert format_float(value) == text
     assert float(text) == value
+
+
+@pytest.mark.parametrize("value, text", [
+    (0.0031, "+0.0031"), (0.00314159, "+0.00314"), (-0.0123456, "-0.0123"), (12.345, "+12.3"),
+    (1234.5, "+1230"), (3.1e-7, "+3.1e-7"), (0.0, "0"), (-0.0, "0"), (-0.5, "-0.5"),
+])
+def test_a_delta_prints_signed_with_its_significant_digits(value, text):
+    # a small delta printed as "+0." read as a number cut off
+    assert format_sig(value) == text
 
 
 @pytest.mark.parametrize("text, expected", [

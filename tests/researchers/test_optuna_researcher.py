@@ -269,3 +269,13 @@ def test_a_discard_stopped_early_is_a_pruned_trial(tmp_path):
     study = optuna.load_study(study_name="nightshift", storage=f"sqlite:///{tmp_path / 'optuna.db'}")
     (trial,) = [t for t in study.get_trials() if t.number == p.extra["trial"]]
     assert trial.state == optuna.trial.TrialState.PRUNED
+
+
+@pytest.mark.parametrize("move, delta, shown", [("local", 0.0031, "+0.0031"), ("tpe", -0.000412, "-0.000412"),
+                                                ("local", 0.0, "0")])
+def test_the_hypothesis_prints_a_small_delta_in_full_and_says_its_sign(tmp_path, move, delta, shown):
+    researcher = OptunaResearcher(tmp_path)
+    researcher._last_move = move
+    history = [TriedConfig(config={"LR": 1e-3}, value=1.0)]
+    sentence = researcher._evidence_sentence("val_bpb", {"LR": 2e-3}, history, delta)
+    assert f"predict{'s' if move == 'local' else ''} a delta of {shown} (candidate minus incumbent)." in sentence

@@ -224,3 +224,15 @@ def test_flagged_candidates_show_their_evidence_in_the_report_and_status(tmp_pat
     text = out.getvalue()
     assert "flagged, never kept: 2 (e0001 misreported, e0002 over_budget)" in text
     assert "metric: measured by the evaluation step" in text
+
+
+def test_a_prediction_says_its_sign_beside_an_effect_that_says_its_own(tmp_path):
+    # effect is positive = better; a prediction is the metric's raw change, so for a metric
+    # minimized an expected gain reads negative: the page says so wherever both are shown
+    from agent.review.report import render
+
+    page = html.unescape(render(build_context(synthetic_night(tmp_path / "n", experiments=6))))
+    assert "effect is the improvement over the incumbent (positive = better)" in page
+    assert "prediction is the pre-registered change in val_bpb (candidate − incumbent, negative = better)" in page
+    assert ">prediction (Δ)</th>" in page
+    assert "val_bpb change (candidate − incumbent) " in page and "measured change " in page

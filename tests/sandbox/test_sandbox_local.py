@@ -84,6 +84,21 @@ def test_crash_reason_names_exit_code_and_error(runner, hostile_spec):
     assert "exit code 1" in result.reason and "ValueError: boom" in result.reason
 
 
+def test_a_crash_in_the_standard_library_names_the_scripts_line(runner, tmp_path):
+    # The traceback ends in json's decoder; the reason names the repository's own frame, by
+    # its path in the snapshot although the run ran in a writable copy of it.
+    snapshot = tmp_path / "snapshot"
+    (snapshot / "model").mkdir(parents=True)
+    (snapshot / "model" / "net.py").write_text("import json\n\ndef forward(text):\n    return json.loads(text)\n")
+    (snapshot / "train.py").write_text("from model.net import forward\nforward('{')\n")
+    out = tmp_path / "run" / "out"
+    out.mkdir(parents=True)
+    result = runner.run(RunSpec(command=f"{sys.executable} train.py", snapshot_dir=snapshot, data_dir=tmp_path,
+                                out_dir=out, seed=0, budget_s=30, metric="val_bpb", writable_workdir=True))
+    assert result.status == Status.CRASH and "JSONDecodeError" in result.reason, result.log_tail
+    assert result.reason.endswith("(model/net.py line 4, in forward)"), result.reason
+
+
 def test_timeout_kills_a_process_that_ignores_sigterm(runner, hostile_spec):
     result = runner.run(hostile_spec("sleep", budget_s=1, grace_s=0.5))
     assert result.status == Status.TIMEOUT and "sleeping past the budget" in result.log_tail

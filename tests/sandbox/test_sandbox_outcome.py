@@ -1,6 +1,8 @@
 """classify and CappedLog: the outcome rules every backend shares."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from sandbox.outcome import CappedLog, classify
@@ -119,6 +121,87 @@ def test_no_metric_names_every_way_and_the_lines_that_nearly_matched(tmp_path):
     assert "saving checkpoint" not in reason
     _, _, _, plain = judge(tmp_path, log="hello\n")
     assert "no metric_pattern in program.md" in plain and "set metric_pattern" in plain
+
+
+TORCH_CRASH = """step 0 | loss 4.2
+Traceback (most recent call last):
+  File "/tmp/nightshift/run-3/work/makemore.py", line 688, in <module>
+    logits, loss = model(X, Y)
+                   ^^^^^^^^^^^
+  File "/opt/venv/lib/python3.11/site-packages/torch/nn/modules/module.py", line 1553, in _wrapped_call_impl
+    return self._call_impl(*args, **kwargs)
+  File "/tmp/nightshift/run-3/work/makemore.py", line 77, in forward
+    x = self.c_attn(x)
+  File "/opt/venv/lib/python3.11/site-packages/torch/nn/modules/linear.py", line 117, in forward
+    return F.linear(input, self.weight, self.bias)
+RuntimeError: mat1 and mat2 shapes cannot be multiplied (32x64 and 65x64)
+"""
+
+
+def crash_reason(tmp_path, log: str, repository: Path | None) -> str:
+    return classify(exit_code=1, timed_out=False, oom_killed=False, interrupted=False,
+                    out_dir=tmp_path, log_tail=log, metric="loss", repository=repository)[3]
+
+
+def test_a_crash_in_a_library_names_the_users_file_and_line(tmp_path):
+    # A torch traceback ends in site-packages; the summary names the script's own line, by
+    # its path in the repository, not the folder the backend ran it from.
+    repository = tmp_path / "repo"
+    (repository / "src").mkdir(parents=True)
+    (repository / "makemore.py").write_text("")
+    assert crash_reason(tmp_path, TORCH_CRASH, repository) == (
+        "exit code 1: RuntimeError: mat1 and mat2 shapes cannot be multiplied (32x64 and 65x64) "
+        "(makemore.py line 77, in forward)")
+    (repository / "src" / "makemore.py").write_text("")
+    nested = TORCH_CRASH.replace("/tmp/nightshift/run-3/work/", "/work/src/")
+    assert crash_reason(tmp_path, nested, repository).endswith("(src/makemore.py line 77, in forward)")
+    # without the repository: the file name of the last frame outside the libraries
+    assert crash_reason(tmp_path, TORCH_CRASH, None).endswith("(makemore.py line 77, in forward)")
+
+
+def test_a_crash_names_no_frame_the_repository_does_not_hold(tmp_path):
+    assert crash_reason(tmp_path, TORCH_CRASH, tmp_path).endswith("(32x64 and 65x64)")
+    escaping = TORCH_CRASH.replace("/tmp/nightshift/run-3/work/makemore.py", "../../etc/hostname")
+    assert crash_reason(tmp_path, escaping, tmp_path).endswith("(32x64 and 65x64)")
+    assert crash_reason(tmp_path, "Traceback\nKeyError: 'x'\n", tmp_path) == "exit code 1: KeyError: 'x'"
+
+
+# makemore.py's lines: its evaluation every 500 steps, and a note when the test loss improved
+MAKEMORE_LOG = ("step 490 | loss 2.3301 | step time 10.12ms\n"
+                "step 500 train loss: 2.3145678691864014 test loss: 2.3412\n"
+                "test loss 2.3412 is the best so far, saving model to out/model.pt\n"
+                "step 1000 train loss: 2.3045678691864014 test loss: 2.3512\n"
+                "step 1000 | loss 2.3107 | step time 10.40ms\n")
+
+
+def no_metric(tmp_path, log: str, metric: str, pattern: str | None) -> str:
+    status, _, _, reason = classify(exit_code=0, timed_out=False, oom_killed=False, interrupted=False,
+                                    out_dir=tmp_path, log_tail=log, metric=metric, metric_pattern=pattern)
+    assert status == Status.NO_METRIC
+    return reason
+
+
+@pytest.mark.parametrize("log, metric, pattern, suggested, value", [
+    (MAKEMORE_LOG, "test_loss", None, "test loss: ([0-9.]+)", 2.3512),
+    (MAKEMORE_LOG.replace("2.3512", "2.3300") + "test loss 2.3300 is the best so far, saving model to out/model.pt\n",
+     "test_loss", None, "test loss: ([0-9.]+)", 2.33),      # its last line is the note, not the report
+    (MAKEMORE_LOG, "test_loss", "val loss ([0-9.]+)", "test loss: ([0-9.]+)", 2.3512),
+    (MAKEMORE_LOG, "val_loss", "Test Loss ([0-9.]+)", "test loss: ([0-9.]+)", 2.3512),
+    (NANOGPT_LOG, "val_loss", r"val_loss=([0-9.]+)", "val loss ([0-9.]+)", 2.0),
+    ("epoch 3 val_bpb=1.5e-3 done\n", "val_bpb", None, "val_bpb=([-+0-9.eE]+)", 1.5e-3),
+])
+def test_a_wrong_pattern_gets_one_that_captures_the_metric(tmp_path, log, metric, pattern, suggested, value):
+    reason = no_metric(tmp_path, log, metric, pattern)
+    assert f"this would capture it: metric_pattern: '{suggested}'" in reason
+    # the suggestion, as program.md would carry it, finds the number the line printed
+    status, found, _, _ = classify(exit_code=0, timed_out=False, oom_killed=False, interrupted=False,
+                                   out_dir=tmp_path, log_tail=log, metric=metric, metric_pattern=suggested)
+    assert (status, found) == (Status.OK, value)
+
+
+def test_no_pattern_is_suggested_without_a_number_after_the_name(tmp_path):
+    assert "would capture" not in no_metric(tmp_path, "test loss unavailable\nstep 3\n", "test_loss", None)
+    assert "would capture" not in no_metric(tmp_path, "hello\n", "val_bpb", None)
 
 
 def test_a_long_error_line_is_cut_in_the_middle_so_the_path_survives(tmp_path):
