@@ -42,6 +42,7 @@ from agent.night.priority import RunRequest, runs_wanted
 from agent.night.proposals import Researchers
 from agent.night.reconcile import file_orphan_head, reconcile
 from agent.night.stop_rules import StopRules
+from agent.preflight.check_runs import CHECK_SEEDS, CHECK_TAG, adopt, checked_baseline, plan_digest
 from agent.preflight.checks import baseline_verdict
 from agent.preflight.failures import describe_error
 from agent.program import Program
@@ -183,6 +184,7 @@ class ResearchLoop:
             self.ledger.append(LoopStarted(tag=self.tag, base_commit=self.workspace.head(),
                                            program=self.program.to_dict(), **LoopStarted.known(facts)))
             self.observer.message(f"started tag {self.tag} at {self.workspace.head()[:8]}")
+            self._adopt_checked_baseline()
         else:
             self.ledger.append(LoopResumed(tag=self.tag, **LoopResumed.known(facts)))
             pending = len(self.state.pending_experiments())
@@ -370,6 +372,22 @@ class ResearchLoop:
             if step.look is not None and step.look not in experiment.looks:
                 self.ledger.append(LookTaken(id=experiment.id, seeds=step.look, reason=step.reason))
             self._asked[experiment.id] = step
+
+    def _adopt_checked_baseline(self) -> None:
+        """A new night right after `nightshift check` on the same commit and plan takes the
+        check's baseline runs as its first reference runs (agent/preflight/check_runs.py):
+        the same runs, not run twice. Only on one worker of this machine, as check ran them."""
+        if self.state.runs or self.program.cluster != "local" or len(self.workers.slots) != 1:
+            return
+        seeds = tuple(s for s in self.rule.baseline_seeds() if s in CHECK_SEEDS)
+        digest = plan_digest(self.executor.plan, self.executor.runner.name, self.program.image)
+        found = checked_baseline(self.program.root / "results" / CHECK_TAG, commit=self.state.base_commit,
+                                 digest=digest, seeds=seeds) if seeds else None
+        if found is None:
+            return
+        for run in adopt(found, self.ledger.dir):
+            self.ledger.append(run)
+        self.observer.message(found.describe())
 
     def _check_baseline(self) -> None:
         """Once, before the first candidate: print the verdict on the first baseline's runs,

@@ -24,6 +24,7 @@ import threading
 from pathlib import Path
 from typing import Callable
 
+from agent.preflight.check_runs import CHECK_SEEDS, CHECK_TAG, plan_digest, record_check
 from agent.preflight.checks import Checklist, StoppedEarly, judge_runs
 from agent.preflight.run_length import RunLength, RunLengthWatch, length_fix
 from agent.program import Program
@@ -39,8 +40,6 @@ from agent.target.overrides import overridden
 from agent.workspace.repo import Workspace, WorkspaceError, remove_snapshot
 from sandbox import Limits, RunSpec, SandboxUnavailable, Status
 
-CHECK_TAG = "nightshift-check"
-CHECK_SEEDS = (0, 1)
 
 # Run inside the sandbox as `python -c ...`: what `python` is there, and its torch.
 _PROBE = """import platform, sys
@@ -132,6 +131,9 @@ def preflight(program: Program, *, sandbox: str, budget_s: float | None = None,
                         "{out} or its working directory, not to absolute paths in your checkout")
         else:
             verdict.add("your checkout untouched", True, "git status is the same before and after")
+        # the night that follows takes these runs as its baseline instead of running them again
+        record_check(results, commit=head, digest=plan_digest(plan, runner.name, program.image),
+                     passed=not verdict.problems and stopped is None)
         return verdict
     finally:
         workspace.remove(delete_branch=True)
