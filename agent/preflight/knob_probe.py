@@ -281,12 +281,12 @@ def dead_fix(source: str, knob: Knob, target: str, seconds: float) -> str:
     name = knob.name.rpartition(".")[2]
     owner = _owning_class(tree, knob.line)
     if owner is not None:
-        calls = _calls_of(tree, owner.name)
-        passing = [c.lineno for c in calls if any(k.arg == name for k in c.keywords)]
-        if passing:
-            return (f"{owner.name}(...) at line{'s' if len(passing) > 1 else ''} "
-                    f"{', '.join(map(str, passing))} passes {name}= explicitly, which overwrites the "
-                    f"default: make the knob what that call passes; {later}")
+        passing = [(c.lineno, k.value) for c in _calls_of(tree, owner.name) for k in c.keywords if k.arg == name]
+        if passing:   # some construction overwrites it (not all: then the source alone said so)
+            flag, flag_line = _flag_of(tree, passing[0][1])
+            calls = tuple((line, ast.get_source_segment(source, value) or ast.unparse(value))
+                          for line, value in passing)
+            return Overwrite(owner.name, name, calls, flag, flag_line).fix()
         return f"check that the script builds {owner.name} with its defaults; {later}"
     reads, shadows = _global_reads(tree, name)
     if shadows and not reads:
@@ -391,7 +391,7 @@ def probe_knobs(program: Program, executor: RunExecutor, workspace: Workspace, h
         found = overwritten(source, knob) if program.target.endswith(".py") else None
         if found is not None:
             probes[knob.name] = KnobProbe(knob.name, "dead", knob.value, knob.value,
-                                          f"dead, seen in the source (no run): {found.reason()}",
+                                          f"seen in the source (no run): {found.reason()}",
                                           found.fix(), static=True)
             say(f"  {knob.name}: dead, seen in the source (no run): {found.reason()}")
     left = [k for k in knobs if k.name not in probes]
@@ -493,7 +493,8 @@ def _short_run(executor: RunExecutor, commit: str, seed: int, cap_s: float, echo
 def record(verdict: Checklist, report: ProbeReport, *, dead_ok: bool = False) -> None:
     """Add the `knobs live` line to check's Checklist `verdict`: a failure when a knob is
     dead (a warning with `dead_ok`, the user's opt-out), a warning when one is not proven."""
-    spent = f"probes took {report.seconds:.1f} s on seed {report.seed}"
+    ran = any(not p.static for p in report.probes) or report.skipped
+    spent = f"probes took {report.seconds:.1f} s on seed {report.seed}" if ran else "no probe run needed"
     dead, live, unproven = report.of("dead"), report.of("live"), report.of("unproven")
     parts = []
     if dead:

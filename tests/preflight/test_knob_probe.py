@@ -5,7 +5,7 @@ through the real CLI and the local sandbox."""
 import re
 from pathlib import Path
 
-from agent.preflight.knob_probe import comparable, overwritten
+from agent.preflight.knob_probe import ShortRun, compare, comparable, dead_fix, overwritten, probe_values
 from agent.target.knobs import find_knobs
 from tests.loop_helpers import cli_env, make_repo, nightshift
 
@@ -85,6 +85,9 @@ def test_a_makemore_config_field_the_flags_overwrite_is_dead_from_the_source():
     assert found.fix() == ("ModelConfig(...) at line 635 passes n_embd=args.n_embd, which overwrites "
                            "the default: name the flag the script reads instead (`--n-embd`, line 613)")
     assert "passes n_layer=args.n_layer" in overwritten(source, knobs["ModelConfig.n_layer"]).reason()
+    # a probe that found it dead (the source part aside) gives the same fix
+    assert dead_fix(source, knobs["ModelConfig.n_embd"], "makemore.py", 3.0) == found.fix()
+    assert probe_values(knobs["ModelConfig.n_embd"]) == [256, 32]     # the far end first
 
 
 def test_a_field_default_some_construction_uses_is_not_dead_from_the_source():
@@ -101,3 +104,20 @@ def test_timing_is_masked_and_losses_are_not():
     assert a != comparable("step 10 | loss 2.3013 | step time 12.81ms")
     assert comparable("iter 3: loss 4.1, time 88.1ms, mfu -100.00%") == comparable("iter 3: loss 4.1, time 9.0ms, mfu 3.2%")
     assert comparable("learning_rate = 1e-3 # tuned", frozenset({"learning_rate = 1e-3 # tuned"})) is None
+
+
+def run(*lines: str, stopped: bool = True, status: str = "interrupted") -> ShortRun:
+    from sandbox import Status
+
+    return ShortRun(tuple(comparable(l) for l in lines), lines, 1.0, stopped, Status(status),
+                    None if stopped else 1, "")
+
+
+def test_two_outputs_are_compared_over_their_common_prefix():
+    reference = run("params: 1024", "step 0 loss 2.90 dt 3ms", "step 1 loss 2.71 dt 3ms")
+    assert compare(reference, run("params: 1024", "step 0 loss 2.90 dt 9ms"))[0] == "dead"
+    verdict, evidence = compare(reference, run("params: 1024", "step 0 loss 2.80 dt 3ms"))
+    assert verdict == "live" and evidence.startswith("output line 2 differed: 'step 0 loss 2.90")
+    crashed = run("params: 1024", stopped=False, status="crash")      # it ended on its own, early
+    assert compare(reference, crashed)[0] == "live"
+    assert compare(run("starting", "training"), run("starting", "training"))[0] == "unproven"
