@@ -127,11 +127,10 @@ def preflight(program: Program, *, sandbox: str, budget_s: float | None = None,
         before = _checkout_status(program.root)
         runs, stopped = _run_seeds(executor, head, program, say, on_output)
         judge_runs(verdict, runs, program, results, plan.budget_s, planned=plan.steps, stopped=stopped)
-        if stopped is None:
-            _knobs_live(verdict, program, executor, workspace, head, say, dead_knobs_ok)
-        else:   # a probe would see as little as the stopped run did: the run length comes first
-            verdict.add("knobs live", None, "not probed: a run cannot finish in its budget (see "
-                        "budget respected); check proves the knobs once it can")
+        # a probe would see no more than a stopped run did: the run length comes first
+        _knobs_live(verdict, program, executor, workspace, head, say, dead_knobs_ok,
+                    "" if stopped is None else "not probed: a run cannot finish in its budget (see "
+                    "budget respected); check probes the knobs once it can")
         after = _checkout_status(program.root)   # after the probes too: they run the script
         if after != before:
             verdict.add("your checkout untouched", False, f"git status changed during the runs: "
@@ -192,14 +191,16 @@ def _run_seeds(executor: RunExecutor, head: str, program: Program, say: Say,
 
 
 def _knobs_live(verdict: Checklist, program: Program, executor: RunExecutor, workspace: Workspace,
-                head: str, say: Say, dead_ok: bool) -> None:
+                head: str, say: Say, dead_ok: bool, no_runs: str) -> None:
     """Each knob proven live by a short probe run beside a short reference run
-    (agent.preflight.knob_probe): a knob that changes nothing would burn a night's runs."""
+    (agent.preflight.knob_probe): a knob that changes nothing would burn a night's runs.
+    `no_runs`: why only the source may be read."""
     from agent.preflight.knob_probe import probe_knobs, record
 
-    report = probe_knobs(program, executor, workspace, head, CHECK_SEEDS[0], say=say)
+    report = probe_knobs(program, executor, workspace, head, CHECK_SEEDS[0], say=say, no_runs=no_runs)
     if report is not None:
-        say(f"  knob probes took {report.seconds:.1f} s")
+        if report.seconds:
+            say(f"  knob probes took {report.seconds:.1f} s")
         record(verdict, report, dead_ok=dead_ok)
 
 

@@ -375,10 +375,10 @@ def probe_values(knob: Knob) -> list[Any]:
 
 
 def probe_knobs(program: Program, executor: RunExecutor, workspace: Workspace, head: str, seed: int,
-                *, say: Say = lambda text: None) -> ProbeReport | None:
+                *, say: Say = lambda text: None, no_runs: str = "") -> ProbeReport | None:
     """Prove each knob of `program`'s target at `head` live: statically where the source
     shows it dead, else by a probe run against a short reference run on `seed`. None when
-    the target has no knobs."""
+    the target has no knobs. `no_runs`: why no probe may run (the source is still read)."""
     source = workspace.read(program.target, head)
     try:
         knobs = find_knobs(source, path=program.target, declared=program.knobs)
@@ -395,8 +395,9 @@ def probe_knobs(program: Program, executor: RunExecutor, workspace: Workspace, h
                                           found.fix(), static=True)
             say(f"  {knob.name}: dead, seen in the source (no run): {found.reason()}")
     left = [k for k in knobs if k.name not in probes]
-    if not left:
-        return ProbeReport(tuple(probes[k.name] for k in knobs), seed, 0.0)
+    if not left or no_runs:
+        return ProbeReport(tuple(probes[k.name] for k in knobs if k.name in probes), seed, 0.0,
+                           skipped=no_runs if left else "")
     cap = max(1.0, min(executor.plan.budget_s, PROBE_CAP_S))
     started = time.monotonic()
     say(f"probing {len(left)} knob{'s' if len(left) > 1 else ''} on seed {seed}: a reference run "
@@ -493,7 +494,7 @@ def _short_run(executor: RunExecutor, commit: str, seed: int, cap_s: float, echo
 def record(verdict: Checklist, report: ProbeReport, *, dead_ok: bool = False) -> None:
     """Add the `knobs live` line to check's Checklist `verdict`: a failure when a knob is
     dead (a warning with `dead_ok`, the user's opt-out), a warning when one is not proven."""
-    ran = any(not p.static for p in report.probes) or report.skipped
+    ran = any(not p.static for p in report.probes) or report.seconds > 0
     spent = f"probes took {report.seconds:.1f} s on seed {report.seed}" if ran else "no probe run needed"
     dead, live, unproven = report.of("dead"), report.of("live"), report.of("unproven")
     parts = []

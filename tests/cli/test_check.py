@@ -110,6 +110,7 @@ def test_check_stops_a_run_that_cannot_finish_and_runs_no_second_seed(tmp_path, 
     assert found["budget respected"].startswith("FAIL budget respected: seed 0: at ")
     assert "every run would be killed at 12 s" in found["budget respected"]
     assert found["metric found"].startswith("--") and found["seeds change the result"].startswith("--")
+    assert found["knobs live"].startswith("--   knobs live: not probed: a run cannot finish in its budget")
     fix = out[out.index("1. budget respected: fix:"):]
     assert "budget: " in fix and "in program.md" in fix
     assert "--max_iters=2000 in command down to about" in fix and "and --lr_decay_iters=2000 with it" in fix
