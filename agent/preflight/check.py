@@ -7,7 +7,7 @@
   program valid · target and knobs · lines the command overrides · prepare step · data
   folder · held-out bytes (agent.preflight.exposure) · sandbox · interpreter (python in the sandbox, its torch and CUDA) · metric found ·
   seeds change the result · budget respected · nothing written outside the allowed places ·
-  your checkout untouched
+  knobs live (agent.preflight.knob_probe) · your checkout untouched
 
 by running the incumbent (your HEAD) on two seeds with the program's budget, exactly as a
 night's baseline would run. The run checks are the ones `run` prints after its first
@@ -60,9 +60,11 @@ Say = Callable[[str], None]
 
 
 def preflight(program: Program, *, sandbox: str, budget_s: float | None = None,
-              say: Say = lambda text: None, on_output: Callable[[str], None] | None = None) -> Checklist:
+              say: Say = lambda text: None, on_output: Callable[[str], None] | None = None,
+              dead_knobs_ok: bool = False) -> Checklist:
     """Check `program` as a night would run it; `say` hears progress. Never raises for a
-    problem of the user's: each becomes a failed Check with its fix."""
+    problem of the user's: each becomes a failed Check with its fix. `dead_knobs_ok`: a knob
+    whose probe changed nothing is a warning, not a failure (the user's opt-out)."""
     from agent.run.data import data_cache
     from agent.run.plan import results_dir
     from sandbox.select import make_runner
@@ -124,7 +126,11 @@ def preflight(program: Program, *, sandbox: str, budget_s: float | None = None,
         before = _checkout_status(program.root)
         runs, stopped = _run_seeds(executor, head, program, say, on_output)
         judge_runs(verdict, runs, program, results, plan.budget_s, planned=plan.steps, stopped=stopped)
-        after = _checkout_status(program.root)
+        # a probe would see no more than a stopped run did: the run length comes first
+        _knobs_live(verdict, program, executor, workspace, head, say, dead_knobs_ok,
+                    "" if stopped is None else "not probed: a run cannot finish in its budget (see "
+                    "budget respected); check probes the knobs once it can")
+        after = _checkout_status(program.root)   # after the probes too: they run the script
         if after != before:
             verdict.add("your checkout untouched", False, f"git status changed during the runs: "
                         f"{sorted(set(after) ^ set(before))[:5]}", "the script must write only to "
@@ -184,6 +190,20 @@ def _run_seeds(executor: RunExecutor, head: str, program: Program, say: Say,
             say(f"  seed {seed} was killed at budget + grace: {shown}; no further seed is run")
             return runs, StoppedEarly(seed, run.duration_s or 0.0, shown, "", killed=True)
     return runs, None
+
+
+def _knobs_live(verdict: Checklist, program: Program, executor: RunExecutor, workspace: Workspace,
+                head: str, say: Say, dead_ok: bool, no_runs: str) -> None:
+    """Each knob proven live by a short probe run beside a short reference run
+    (agent.preflight.knob_probe): a knob that changes nothing would burn a night's runs.
+    `no_runs`: why only the source may be read."""
+    from agent.preflight.knob_probe import probe_knobs, record
+
+    report = probe_knobs(program, executor, workspace, head, CHECK_SEEDS[0], say=say, no_runs=no_runs)
+    if report is not None:
+        if report.seconds:
+            say(f"  knob probes took {report.seconds:.1f} s")
+        record(verdict, report, dead_ok=dead_ok)
 
 
 def _forget(program: Program, results: Path) -> None:

@@ -11,7 +11,8 @@ from tests.needs import needs
 CHECKS = ("program valid", "metric measured apart", "target and knobs", "lines the command overrides",
           "prepare step", "data folder", "sandbox", "view", "interpreter",
           "metric found", "seeds change the result", "budget respected",
-          "nothing written outside the allowed places", "progress lines read", "your checkout untouched")
+          "nothing written outside the allowed places", "progress lines read", "knobs live",
+          "your checkout untouched")
 
 
 def lines(text: str) -> dict[str, str]:
@@ -50,6 +51,11 @@ def test_check_passes_on_the_nanogpt_example(tmp_path, data_root):
     assert "out-shakespeare-char/ckpt.pt (1.5 MB)" in found["nothing written outside the allowed places"]
     # its metrics_pattern's iter and loss are the curve early stopping compares, step for step
     assert found["progress lines read"].startswith("ok") and "step for step" in found["progress lines read"]
+    # each knob moved in a short probe run changed what the script printed (the config file it
+    # echoes does not count); dropout 0.2 -> 0.0 prints the same loss (0.1 is its best), 0.3 not
+    assert found["knobs live"].startswith("ok   knobs live: 6 of 6 proven live: n_layer (6 -> 2): output line")
+    assert "dropout (0.2 -> 0.3): output line" in found["knobs live"]
+    assert "warmup_iters (100 -> 500)" in found["knobs live"]
     assert "all checks passed" in done.stdout
     # it leaves no branch or worktree behind, only the logs of its runs
     assert "nightshift/nightshift-check" not in git_out(repo, "branch", "--list", "nightshift/*")
@@ -104,6 +110,7 @@ def test_check_stops_a_run_that_cannot_finish_and_runs_no_second_seed(tmp_path, 
     assert found["budget respected"].startswith("FAIL budget respected: seed 0: at ")
     assert "every run would be killed at 12 s" in found["budget respected"]
     assert found["metric found"].startswith("--") and found["seeds change the result"].startswith("--")
+    assert found["knobs live"].startswith("--   knobs live: not probed: a run cannot finish in its budget")
     fix = out[out.index("1. budget respected: fix:"):]
     assert "budget: " in fix and "in program.md" in fix
     assert "--max_iters=2000 in command down to about" in fix and "and --lr_decay_iters=2000 with it" in fix

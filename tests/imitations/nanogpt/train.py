@@ -77,9 +77,11 @@ with open(os.path.join(data_dir, 'val.bin'), 'rb') as f:
     val_data = f.read()
 print(f"found {len(train_data)} train and {len(val_data)} val tokens in {data_dir}")
 
-# the made-up loss: best near learning_rate 2e-3, beta2 0.99, dropout 0.1, deeper a bit better
+# the made-up loss: best near learning_rate 2e-3, beta2 0.99, dropout 0.1, warmup_iters 100,
+# deeper a bit better (every knob of examples/nanogpt/program.md moves it, as in nanoGPT)
 floor = (1.30 + 0.25 * abs(math.log10(learning_rate / 2e-3)) + 3.0 * abs(beta2 - 0.99)
-         + 0.4 * abs(dropout - 0.1) + 0.3 / n_layer + 0.05 * abs(math.log10(min_lr / 1e-4)))
+         + 0.4 * abs(dropout - 0.1) + 0.3 / n_layer + 0.05 * abs(math.log10(min_lr / 1e-4))
+         + 0.02 * abs(math.log10((warmup_iters + 10) / 110)))
 run_noise = 0.02 * torch.randn()
 
 def estimate_loss(it):
