@@ -164,10 +164,13 @@ class ShortRun:
     reason: str
 
 
-def compare(reference: ShortRun, probe: ShortRun) -> tuple[Verdict, str]:
-    """(verdict, evidence) for the outputs of two runs on one seed, over their common prefix."""
+def compare(reference: ShortRun, probe: ShortRun, setting: tuple[Any, Any] | None = None) -> tuple[Verdict, str]:
+    """(verdict, evidence) for the outputs of two runs on one seed, over their common prefix.
+    `setting` (old, new): the knob's two values; a line that differs only by one printed as
+    the other is the script echoing its settings (makemore's `print(vars(args))`), which
+    every flag changes whether or not anything reads it: no evidence either way."""
     for i, (a, b) in enumerate(zip(reference.lines, probe.lines)):
-        if a != b:
+        if a != b and not (setting is not None and echoes_setting(a, b, *setting)):
             return "live", f"output line {i + 1} differed: {_short(reference.raw[i])!r} became {_short(probe.raw[i])!r}"
     common = min(len(reference.lines), len(probe.lines))
     if not probe.stopped and len(probe.lines) < len(reference.lines):   # it ended on its own
@@ -178,6 +181,18 @@ def compare(reference: ShortRun, probe: ShortRun) -> tuple[Verdict, str]:
     if not any(_HAS_NUMBER.search(line) for line in probe.lines[:common]):
         return "unproven", f"{common} comparable line{'s' if common != 1 else ''}"
     return "dead", f"{common} lines"
+
+
+def echoes_setting(a: str, b: str, old: Any, new: Any) -> bool:
+    """Whether line `b` is line `a` with one printed form of `old` replaced by `new`'s."""
+    for before, after in {(str(old), str(new)), (repr(old), repr(new)),
+                          (format_value(old), format_value(new))}:
+        start = a.find(before)
+        while start >= 0 and before:
+            if a[:start] + after + a[start + len(before):] == b:
+                return True
+            start = a.find(before, start + 1)
+    return False
 
 
 def _short(text: str, width: int = 60) -> str:
@@ -271,7 +286,7 @@ def _flag_of(tree: ast.Module, value: ast.expr) -> tuple[str | None, int | None]
 def dead_fix(source: str, knob: Knob, target: str, seconds: float) -> str:
     """What to do about a knob whose probe changed nothing, from what the source shows."""
     later = (f"if it matters only later than {seconds:.1f} s into a run, have the script print it "
-             f"(or something it changes) at the start, or pass {OPT_OUT}")
+             f"(or something it changes) at the start")
     if knob.syntax != "python":
         return f"check that the script reads {knob.name} from {target}; {later}"
     try:
@@ -431,10 +446,11 @@ def _probe_one(program: Program, executor: RunExecutor, workspace: Workspace, he
             return KnobProbe(knob.name, "unproven", knob.value, new, f"not probed: {error}",
                              "fix the knob as the message says")
         try:
-            run = _short_run(executor, commit, seed, cap, echo_lines(source, edited), reference)
+            run = _short_run(executor, commit, seed, cap, echo_lines(source, edited), reference,
+                             (knob.value, new))
         finally:
             executor.release(commit)
-        verdict, evidence = compare(reference, run)
+        verdict, evidence = compare(reference, run, (knob.value, new))
         seconds = max(seconds, run.seconds)
         tried.append(new)
         say(f"  {change}: {verdict} ({evidence}; {run.seconds:.1f} s)")
@@ -454,7 +470,7 @@ def _probe_one(program: Program, executor: RunExecutor, workspace: Workspace, he
 
 
 def _short_run(executor: RunExecutor, commit: str, seed: int, cap_s: float, echo: frozenset[str],
-               reference: ShortRun | None) -> ShortRun:
+               reference: ShortRun | None, setting: tuple[Any, Any] | None = None) -> ShortRun:
     """Run `commit` on `seed` through check's executor (sandbox, snapshot, ledger) until the
     reference has printed REFERENCE_LINES comparable lines, a probe's output differs from the
     reference's or has matched all of it, or `cap_s` has passed."""
@@ -473,9 +489,12 @@ def _short_run(executor: RunExecutor, commit: str, seed: int, cap_s: float, echo
         if reference is None:
             if len(lines) >= REFERENCE_LINES:
                 stop.set()
-        elif len(lines) > len(reference.lines) or masked != reference.lines[len(lines) - 1] \
-                or len(lines) == len(reference.lines):
+        elif len(lines) > len(reference.lines) or len(lines) == len(reference.lines):
             stop.set()
+        else:
+            mine = reference.lines[len(lines) - 1]
+            if masked != mine and not (setting is not None and echoes_setting(mine, masked, *setting)):
+                stop.set()
 
     timer = threading.Timer(cap_s, stop.set)
     timer.daemon = True

@@ -80,3 +80,18 @@ def test_a_night_on_makemore_refuses_bought_compute_and_names_an_inert_flag(tmp_
     assert git_out(repo, "rev-parse", "HEAD") == head and git_out(repo, "status", "--porcelain") == ""
     out = " ".join(done.stdout.split())
     assert "NO_EFFECT" in out and "compute 1." in out
+
+
+@needs("makemore")
+def test_check_names_makemores_dead_flag_and_proves_the_others_live(tmp_path):
+    """`--n-embd2` only sizes the MLP, RNN and BoW models: for the transformer it is dead. The
+    probe sees through makemore's `print(vars(args))`, which echoes every flag's value."""
+    repo = makemore_repo(tmp_path / "makemore", sandbox="local",
+                         knobs="{n_layer: 'int(2, 8)', n_embd2: 'choice(32, 64, 128)', "
+                               "learning_rate: 'log(1e-4, 1e-2)'}")
+    done = nightshift(repo, "check", env=cli_env(tmp_path / "data"), timeout=600)
+    out = " ".join(done.stdout.split())
+    assert done.returncode == 1, out[-3000:]
+    assert "FAIL knobs live: dead: n_embd2: changing n_embd2 64 -> 32 or 128 changed nothing" in out
+    assert "n_layer (4 -> 8): output line" in out and "number of parameters: 0.20M" in out
+    assert "learning_rate (5e-4 -> 0.01): output line" in out and "loss" in out

@@ -121,3 +121,13 @@ def test_two_outputs_are_compared_over_their_common_prefix():
     crashed = run("params: 1024", stopped=False, status="crash")      # it ended on its own, early
     assert compare(reference, crashed)[0] == "live"
     assert compare(run("starting", "training"), run("starting", "training"))[0] == "unproven"
+
+
+def test_a_line_that_echoes_the_setting_is_no_evidence():
+    from agent.preflight.knob_probe import echoes_setting
+
+    line = "{'n_layer': 4, 'n_embd': 64, 'n_embd2': 64, 'learning_rate': 0.0005}"
+    assert echoes_setting(line, line.replace("'n_embd2': 64", "'n_embd2': 128"), 64, 128)
+    assert echoes_setting(line, line.replace("0.0005", "0.01"), 5e-4, 0.01)
+    assert not echoes_setting(line, line.replace("64", "128"), 64, 128)     # two places moved
+    assert not echoes_setting("number of parameters: 0.20M", "number of parameters: 0.40M", 4, 8)
