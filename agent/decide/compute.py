@@ -100,12 +100,13 @@ def clearly_over(computed: ComputeCost | None) -> bool:
             and computed.ratio > 1 + CLEAR_MARGIN * (computed.allowed - 1) and computed.ratio > 1.5)
 
 
-def refusal(computed: ComputeCost, policy: ComputePolicy) -> str:
-    """The reason a win bought with compute is not kept (the figures are on the decision)."""
-    return (f"not kept: a win bought with compute, {computed.ratio:.2f}x the incumbent's run time "
-            f"where program.md's compute: {policy} allows {computed.allowed:.2f}x (run-time noise "
-            f"included). Set compute: +{max(0.0, computed.ratio - 1):.0%} or free to let keeps "
-            f"spend more")
+def refusal(computed: ComputeCost, policy: ComputePolicy, *, won: bool = True) -> str:
+    """The reason a candidate is not kept for its compute: a win bought with it (`won`), or
+    one refused before the keep rule spent more seeds on it (the figures are on the decision)."""
+    what = "a win bought with compute" if won else "not run further: no result could be kept at its compute"
+    return (f"not kept: {what}, {computed.ratio:.2f}x the incumbent's run time where program.md's "
+            f"compute: {policy} allows {computed.allowed:.2f}x (run-time noise included). Set "
+            f"compute: +{max(0.0, computed.ratio - 1):.0%} or free to let keeps spend more")
 
 
 def _figure(runs: list[RunFinished], names: tuple[str, ...]) -> float | None:

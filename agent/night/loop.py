@@ -346,8 +346,8 @@ class ResearchLoop:
                 continue
             spent = compute_cost(self.state, self.program, experiment)
             if clearly_over(spent):   # no seed can make it a keep: stop spending runs on it
-                self._decide(experiment, Verdict.DISCARD, None, refusal(spent, self.program.compute),
-                             {"refused": "compute"})
+                self._decide(experiment, Verdict.DISCARD, None,
+                             refusal(spent, self.program.compute, won=False), {"refused": "compute"})
                 continue
             stop = experiment.stopped_early
             if stop is not None:   # a run of it was stopped early: a discard once its runs ended

@@ -70,7 +70,8 @@ def test_a_win_bought_with_compute_is_refused_and_an_inert_change_is_no_effect(r
     assert cost is not None and cost.over and cost.ratio > 3 and cost.allowed < cost.ratio
     assert cost.candidate_params == 256_000 and cost.incumbent_params == 64_000
     assert made["e0001"].evidence == {"refused": "compute"}
-    assert "a win bought with compute" in made["e0001"].reason and "compute: equal allows" in made["e0001"].reason
+    assert "not kept: a win bought with compute" in made["e0001"].reason   # the rule would have kept it
+    assert "compute: equal allows" in made["e0001"].reason and made["e0001"].decision.verdict == Verdict.KEEP
     assert "compute 3." in out or "compute 4." in out     # the console line shows what it cost
 
     # The unused constant: the incumbent's exact values on the same seeds.
