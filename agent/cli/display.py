@@ -287,7 +287,10 @@ def print_status(console: Console, folder: Path, metric: str, state: LoopState |
                       f"{run.role.value} since {run.time}{where}")
     if state.stopped_reason:
         console.print(f"  last stop: {state.stopped_reason}")
-    table = Table(show_edge=False, pad_edge=False)
+    # one sign everywhere a person reads an effect: the improvement, positive = better
+    table = Table(show_edge=False, pad_edge=False, caption_justify="left",
+                  caption="effect: the improvement over the incumbent (positive = better); compute: "
+                          "its run time as a multiple of the incumbent's")
     for column in ("id", "commit", "verdict", "effect", "vs", "p", "seeds", "compute", "prediction",
                    "description"):
         table.add_column(column)
