@@ -95,7 +95,7 @@ def test_a_command_that_passes_the_flag_makes_its_default_dead(tmp_path):
     (tmp_path / "makemore.py").write_text(SOURCE)
     program = tmp_path / "program.md"
     program.write_text("---\ntarget: makemore.py\ncommand: python makemore.py --n-layer 6 --seed {seed}\n"
-                       "knobs:\n  n_layer: int(2, 8)\n  --n-embd: choice(32, 64, 128)\n---\n")
+                       "knobs:\n  n_layer: int(2, 8)\n  --n-embd: choice(32, 64, 128)\nmetric: test_loss\n---\n")
     with pytest.raises(ProgramError) as caught:
         load_program(program)
     message = str(caught.value)
