@@ -137,6 +137,8 @@ def test_status_and_the_report_show_the_figure(tmp_path):
     page = write_report(folder).html.read_text()
     assert 'id="efficiency"' in page and "calibration <b>38%</b> (5)" in page
     assert "+0.01923 per run" in page
+    assert "calibration <b>48%</b> (50 s)" in page and "stopped early <b>3%</b> (3 s)" in page
+    assert "4 runs, about <b>40 s</b> on these proposals; this night: <b>104 s</b> (2.60x)" in page
 
 
 # write_night's runs, each given its own length (r13, killed with its harness, recorded none)
