@@ -8,6 +8,8 @@ import pytest
 from rich.console import Console
 
 from agent.cli.display import print_status
+from agent.interface.views import Night, status_view
+from agent.program import load_program
 from agent.record.events import (DecisionMade, ExperimentInvalid, ExperimentProposed, LoopResumed,
                                  LoopStarted, RunFinished, RunStarted, RunStoppedEarly, Verdict)
 from agent.record.ledger import Ledger, read_events
@@ -15,6 +17,7 @@ from agent.record.state import fold
 from agent.review.efficiency import SHARES, calibration_seeds, night_efficiency
 from agent.review.report import build_context, write_report
 from sandbox import Status
+from tests.interface.strict import validate
 from tests.loop_helpers import cli_env, make_repo, nightshift
 
 PROGRAM = {"decision": "sequential", "direction": "minimize",
@@ -197,3 +200,19 @@ def test_no_single_run_figure_before_a_full_run(tmp_path):
     figure = night_efficiency(fold(read_events(folder)))
     assert figure.single_run is None and figure.to_dict()["single_run"] is None
     assert figure.run_seconds()["failed"] == pytest.approx(2.0)
+
+
+def test_status_json_carries_the_run_time_shares_and_the_single_run_cost(tmp_path):
+    state = timed_night(tmp_path / "eff")
+    (tmp_path / "program.md").write_text("---\nresearcher: scripted\n---\nA toy.\n")
+    document = status_view(Night(tag="eff", folder=tmp_path / "eff", state=state,
+                                 program=load_program(tmp_path / "program.md")))
+    validate(document, "status")                  # every new field in the schema (and docs/json.md)
+    figure = document["efficiency"]
+    assert figure["runs"] == 13 and figure["run_s"] == pytest.approx(142.5)
+    shares = {row["kind"]: row for row in figure["shares"]}
+    assert shares["stopped"]["seconds"] == pytest.approx(4.5) and shares["failed"]["seconds"] == pytest.approx(2.0)
+    assert shares["candidates"]["time_share"] == pytest.approx(42 / 142.5)
+    assert figure["per_run_second"] == pytest.approx(0.25 / 142.5)
+    assert figure["single_run"]["runs"] == 4 and figure["single_run"]["estimate_s"] == pytest.approx(54.0)
+    assert figure["single_run"]["ratio"] == pytest.approx(142.5 / 54.0)
