@@ -29,7 +29,7 @@ from agent.preflight.lock import Holder
 from agent.program import Program
 from agent.record.events import Decision, Role, RunFinished, RunStarted, Verdict
 from agent.record.state import Experiment, LoopState
-from agent.review.efficiency import calibration_seeds, night_efficiency
+from agent.review.efficiency import night_efficiency, recorded_calibration
 from agent.review.experiment_view import experiment_view as seed_pairs_view
 from agent.review.report import _flagged as flagged_rows   # the report's Flagged candidates panel
 
@@ -109,7 +109,7 @@ def _efficiency(night: Night) -> dict[str, Any]:
     """The figure `status` prints (agent/review/efficiency.py): every run in one share, by
     count and by run time, the progress per run, and the single-run rule's cost."""
     figure = night_efficiency(night.state, night.program.direction,
-                              calibration_seeds(night.program.to_dict())).to_dict()
+                              recorded_calibration(night.folder)).to_dict()
     return plain({**{key: figure[key] for key in EFFICIENCY_FIELDS}, "shares": figure["rows"]})
 
 

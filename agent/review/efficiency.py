@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from agent.record.records import Direction
@@ -199,6 +200,16 @@ def estimated_improvement(state: LoopState, direction: Direction | str) -> dict[
     interval = sorted(sign * bound for bound in found.interval) if found.interval else None
     return {"value": sign * found.estimate, "interval": interval, "level": found.level,
             "paired": found.paired, "n_incumbent": found.n_a, "n_baseline": found.n_b}
+
+
+def recorded_calibration(folder: Path) -> frozenset[int] | None:
+    """The calibration seeds of the program the night recorded when it started (its ledger's
+    `loop_started`), not of program.md as it reads now: it may have changed since."""
+    from agent.record.events import LoopStarted
+    from agent.record.ledger import read_events
+
+    started = next((e for e in read_events(folder) if isinstance(e, LoopStarted)), None)
+    return calibration_seeds(started.program if started else None)
 
 
 def calibration_seeds(program: Mapping[str, Any] | None) -> frozenset[int] | None:
