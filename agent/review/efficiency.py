@@ -36,7 +36,8 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from agent.record.records import Direction
-from agent.record.events import Role, RunFinished
+from agent.record.events import LoopStarted, Role, RunFinished
+from agent.record.ledger import read_events
 from agent.record.state import LoopState
 
 SHARES = ("calibration", "paired", "candidates", "stopped", "failed", "other")
@@ -205,9 +206,6 @@ def estimated_improvement(state: LoopState, direction: Direction | str) -> dict[
 def recorded_calibration(folder: Path) -> frozenset[int] | None:
     """The calibration seeds of the program the night recorded when it started (its ledger's
     `loop_started`), not of program.md as it reads now: it may have changed since."""
-    from agent.record.events import LoopStarted
-    from agent.record.ledger import read_events
-
     started = next((e for e in read_events(folder) if isinstance(e, LoopStarted)), None)
     return calibration_seeds(started.program if started else None)
 
