@@ -13,7 +13,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from agent.decide.decision import pooled_sd
-from agent.record.events import DecisionMade, Direction, LoopStarted, Role, RunFinished, Usage, Verdict
+from agent.record.events import DecisionMade, Direction, Role, RunFinished, Usage, Verdict
 from agent.record.ledger import read_events
 from agent.record.state import Experiment, LoopState, fold
 from agent.record.views import early_stops, queue_time, timeline_text, utilisation
@@ -172,14 +172,18 @@ def incumbent_line(state: LoopState, metric: str, direction: Direction = Directi
 
 def efficiency_lines(state: LoopState, folder: Path, direction: Direction | str = Direction.MINIMIZE) -> list[str]:
     """The night's efficiency (agent/review/efficiency.py): the estimated improvement per run
-    and per run-hour, then where the runs went. Nothing before the first run."""
-    from agent.review.efficiency import calibration_seeds, night_efficiency
+    and per run-hour, where the runs went by count and by run time, and the single-run rule's
+    run time on the same proposals. Nothing before the first run."""
+    from agent.review.efficiency import night_efficiency, recorded_calibration
 
     if not state.runs and not state.interrupted:
         return []
-    started = next((e for e in read_events(folder) if isinstance(e, LoopStarted)), None)
-    figure = night_efficiency(state, direction, calibration_seeds(started.program if started else None))
-    return [f"efficiency: {figure.line()}", f"  runs: {figure.shares_line()}"]
+    figure = night_efficiency(state, direction, recorded_calibration(folder))
+    lines = [f"efficiency: {figure.line()}", f"  runs: {figure.shares_line()}",
+             f"  run time: {figure.time_line()}"]
+    if figure.single_run is not None:
+        lines.append(f"  {figure.single_run.line()}")
+    return lines
 
 
 def same_seed_line(state: LoopState, sd: float, dof: int) -> str | None:

@@ -29,6 +29,7 @@ from agent.preflight.lock import Holder
 from agent.program import Program
 from agent.record.events import Decision, Role, RunFinished, RunStarted, Verdict
 from agent.record.state import Experiment, LoopState
+from agent.review.efficiency import night_efficiency, recorded_calibration
 from agent.review.experiment_view import experiment_view as seed_pairs_view
 from agent.review.report import _flagged as flagged_rows   # the report's Flagged candidates panel
 
@@ -96,7 +97,20 @@ def status_view(night: Night) -> dict[str, Any]:
         "stopped_reason": state.stopped_reason,
         "hypotheses": [{"id": hid, "text": text, "origin": state.hypotheses[hid].origin}
                        for hid, text in state.open_hypotheses()],
+        "efficiency": _efficiency(night),
     }
+
+
+EFFICIENCY_FIELDS = ("runs", "run_s", "improvement", "interval", "kept", "per_run", "per_hour",
+                     "per_run_second", "line", "shares_line", "time_line", "single_run")
+
+
+def _efficiency(night: Night) -> dict[str, Any]:
+    """The figure `status` prints (agent/review/efficiency.py): every run in one share, by
+    count and by run time, the progress per run, and the single-run rule's cost."""
+    figure = night_efficiency(night.state, night.program.direction,
+                              recorded_calibration(night.folder)).to_dict()
+    return plain({**{key: figure[key] for key in EFFICIENCY_FIELDS}, "shares": figure["rows"]})
 
 
 def _header(night: Night, schema: str) -> dict[str, Any]:

@@ -1,19 +1,23 @@
 """The night's efficiency figure (agent/review/efficiency.py) on a ledger written by the real
 record writer: every run in one share, the shares add to 1, the counts are the hand counts,
 and `nightshift status` and the report show it."""
+from dataclasses import replace
 from io import StringIO
 
 import pytest
 from rich.console import Console
 
 from agent.cli.display import print_status
-from agent.record.events import (DecisionMade, ExperimentProposed, LoopResumed, LoopStarted,
-                                 RunFinished, RunStarted, RunStoppedEarly, Verdict)
+from agent.interface.views import Night, status_view
+from agent.program import load_program
+from agent.record.events import (DecisionMade, ExperimentInvalid, ExperimentProposed, LoopResumed,
+                                 LoopStarted, RunFinished, RunStarted, RunStoppedEarly, Verdict)
 from agent.record.ledger import Ledger, read_events
 from agent.record.state import fold
 from agent.review.efficiency import SHARES, calibration_seeds, night_efficiency
 from agent.review.report import build_context, write_report
 from sandbox import Status
+from tests.interface.strict import validate
 from tests.loop_helpers import cli_env, make_repo, nightshift
 
 PROGRAM = {"decision": "sequential", "direction": "minimize",
@@ -119,6 +123,10 @@ def test_status_and_the_report_show_the_figure(tmp_path):
            "+0.01923 per run" in text
     assert ("runs: calibration 38% (5), paired references 23% (3), candidates to the end 15% (2), "
             "stopped early 8% (1), failed 15% (2)") in text
+    assert ("run time: calibration 48% (50 s), paired references 29% (30 s), candidates to the end "
+            "19% (20 s), stopped early 3% (3 s), failed 1% (1 s)") in text
+    assert ("the single-run rule: 4 runs, about 40 s on these proposals; this night: 104 s (2.60x); "
+            "a cost estimate only") in text
     # the command itself, on a repository holding the night
     repo = make_repo(tmp_path / "user", {"program.md": "---\nresearcher: scripted\n---\nA toy.\n"})
     write_night(repo / "results" / "eff")
@@ -132,3 +140,79 @@ def test_status_and_the_report_show_the_figure(tmp_path):
     page = write_report(folder).html.read_text()
     assert 'id="efficiency"' in page and "calibration <b>38%</b> (5)" in page
     assert "+0.01923 per run" in page
+    assert "calibration <b>48%</b> (50 s)" in page and "stopped early <b>3%</b> (3 s)" in page
+    assert "4 runs, about <b>40 s</b> on these proposals; this night: <b>104 s</b> (2.60x)" in page
+
+
+# write_night's runs, each given its own length (r13, killed with its harness, recorded none)
+DURATIONS = {"r1": 12.0, "r2": 14.0, "r3": 13.0, "r4": 9.0, "r5": 20.0, "r6": 8.0, "r7": 22.0,
+             "r8": 15.0, "r9": 16.0, "r10": 7.0, "r11": 4.5, "r12": 2.0}
+
+
+def timed_night(folder):
+    """write_night with DURATIONS, and an invalid edit (it never ran under either rule)."""
+    write_night(folder)
+    Ledger(folder).append(ExperimentInvalid(id="e0004", parent="c1", reason="train.py does not parse",
+                                            description="a typo"))
+    return fold(replace(e, duration_s=DURATIONS[e.run_id]) if isinstance(e, RunFinished) else e
+                for e in read_events(folder))
+
+
+def test_each_share_in_run_seconds_a_stopped_run_by_what_it_ran(tmp_path):
+    figure = night_efficiency(timed_night(tmp_path / "eff"), "minimize", calibration_seeds(PROGRAM))
+    assert figure.counts() == HAND
+    # by hand: calibration r1 r2 r3 r8 r9, paired r4 r6 r10, candidates r5 r7; the stopped run
+    # counts the 4.5 s it ran (not its budget, nor the 7 s it saved); the killed run 0 s
+    assert figure.run_seconds() == pytest.approx({
+        "calibration": 12 + 14 + 13 + 15 + 16, "paired": 9 + 8 + 7, "candidates": 20 + 22,
+        "stopped": 4.5, "failed": 2.0, "other": 0.0})
+    assert figure.run_s == pytest.approx(142.5) == pytest.approx(sum(figure.run_seconds().values()))
+    assert figure.time_shares()["calibration"] == pytest.approx(70 / 142.5)
+    assert figure.time_shares()["stopped"] == pytest.approx(4.5 / 142.5)
+    assert figure.per_run_second == pytest.approx(0.25 / 142.5)
+    rows = {row["kind"]: row for row in figure.rows()}
+    assert rows["stopped"]["count"] == 1 and rows["stopped"]["seconds"] == pytest.approx(4.5)
+    assert rows["paired"]["time_share"] == pytest.approx(24 / 142.5)
+    assert figure.time_line() == ("calibration 49% (70 s), paired references 17% (24 s), "
+                                  "candidates to the end 29% (42 s), stopped early 3% (4 s), failed 1% (2 s)")
+
+
+def test_the_single_run_rule_s_cost_on_the_same_proposals(tmp_path):
+    figure = night_efficiency(timed_night(tmp_path / "eff"), "minimize", calibration_seeds(PROGRAM))
+    single = figure.single_run
+    # the baseline once and e0001, e0002, e0003 once each (the invalid edit e0004 never ran),
+    # each as long as the median full run: r1..r10 -> (13 + 14) / 2; the stopped run is not full
+    assert single.runs == 4 and single.median_s == pytest.approx(13.5)
+    assert single.estimate_s == pytest.approx(54.0) and single.night_s == pytest.approx(142.5)
+    assert single.ratio == pytest.approx(142.5 / 54.0)
+    assert single.line() == ("the single-run rule: 4 runs, about 54 s on these proposals; this night: "
+                             "2.4 min (2.64x); a cost estimate only: its keeps would differ")
+    assert figure.to_dict()["single_run"]["estimate_s"] == pytest.approx(54.0)
+
+
+def test_no_single_run_figure_before_a_full_run(tmp_path):
+    folder = tmp_path / "eff"
+    ledger = Ledger(folder)
+    ledger.append(LoopStarted(tag="eff", base_commit="base", program=PROGRAM, budget_s=10))
+    ledger.append(RunStarted(run_id="r1", commit="base", seed=0, role="reference"))
+    ledger.append(RunFinished(run_id="r1", commit="base", seed=0, role="reference",
+                              status=Status.CRASH, duration_s=2.0))
+    figure = night_efficiency(fold(read_events(folder)))
+    assert figure.single_run is None and figure.to_dict()["single_run"] is None
+    assert figure.run_seconds()["failed"] == pytest.approx(2.0)
+
+
+def test_status_json_carries_the_run_time_shares_and_the_single_run_cost(tmp_path):
+    state = timed_night(tmp_path / "eff")
+    (tmp_path / "program.md").write_text("---\nresearcher: scripted\n---\nA toy.\n")
+    document = status_view(Night(tag="eff", folder=tmp_path / "eff", state=state,
+                                 program=load_program(tmp_path / "program.md")))
+    validate(document, "status")                  # every new field in the schema (and docs/json.md)
+    figure = document["efficiency"]
+    assert figure["runs"] == 13 and figure["run_s"] == pytest.approx(142.5)
+    shares = {row["kind"]: row for row in figure["shares"]}
+    assert shares["stopped"]["seconds"] == pytest.approx(4.5) and shares["failed"]["seconds"] == pytest.approx(2.0)
+    assert shares["candidates"]["time_share"] == pytest.approx(42 / 142.5)
+    assert figure["per_run_second"] == pytest.approx(0.25 / 142.5)
+    assert figure["single_run"]["runs"] == 4 and figure["single_run"]["estimate_s"] == pytest.approx(54.0)
+    assert figure["single_run"]["ratio"] == pytest.approx(142.5 / 54.0)
