@@ -8,6 +8,7 @@ training longer: under compute: equal it is not kept, and its decision says what
 digit, and the night records no_effect instead of a discard with an invented effect.
 """
 import json
+import re
 from pathlib import Path
 
 from agent.record.events import Verdict
@@ -79,7 +80,8 @@ def test_a_night_on_makemore_refuses_bought_compute_and_names_an_inert_flag(tmp_
         assert changed and all("parser.add_argument('--" in l for l in changed), changed
     assert git_out(repo, "rev-parse", "HEAD") == head and git_out(repo, "status", "--porcelain") == ""
     out = " ".join(done.stdout.split())
-    assert "NO_EFFECT" in out and "compute 1." in out
+    assert "e0002 NO_EFFECT" in out                                   # the console says it, and what
+    assert re.search(r"e0003 \w+ .*; compute \d\.\d\dx \(\d+\.\d s vs \d+\.\d s\)", out)   # it cost
 
 
 @needs("makemore")
