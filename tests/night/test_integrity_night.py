@@ -180,7 +180,12 @@ def test_every_way_to_bend_the_metric_is_flagged_and_never_kept(tmp_path):
     assert "expr_str" in next(r.reason for r in state.experiments["e0009"].runs if not r.ok)
     assert "rand_like" in next(r.reason for r in state.experiments["e0010"].runs if not r.ok)
     assert "held-out source" in next(r.reason for r in state.experiments["e0011"].runs if not r.ok)
-    assert verdicts["e0012"] in ("discard", "inconclusive")   # the public windows are not what is scored
+    # The public windows are not what is scored: the lookup gains nothing and loses (its false
+    # hits on shared prefixes cost bits). Its stored val bytes also score val better than train,
+    # so the generalization-gap flag may call it a leak (0.29-0.30 closer against 0.25 allowed
+    # on 4 of 4 runs of one night here; under CI's load sometimes less): both right, neither keeps.
+    assert verdicts["e0012"] in ("discard", "inconclusive", "leak")
+    assert state.incumbent != state.experiments["e0012"].commit
     tsv = (repo / "results" / "bend" / "results.tsv").read_text()
     for status in ("misreported", "lookahead", "leak", "over_budget", "ignores_seed", "bad_artifact"):
         assert f"\t{status}\t" in tsv
