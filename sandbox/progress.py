@@ -5,7 +5,8 @@ Three shapes of progress line are understood, tried in this order on every line:
 - program.md's `metrics_pattern` (a regex with named groups), e.g. nanoGPT's
   `iter (?P<iter>\\d+): loss (?P<train_loss>[0-9.]+), time (?P<ms_per_iter>[0-9.]+)ms`;
 - the bundled train.py's step lines, `step 300 | loss 2.4512 | lr 1.0e-02 | ... | elapsed 14.2s`
-  (`name value` pairs between `|`, the first being `step N`);
+  (`name value` pairs between `|`, the first being `step N`; a name of several words is one
+  figure, makemore's `step 10 | loss 2.31 | step time 12.3ms` has `step_time`);
 - nanoGPT's iteration lines, `iter 10: loss 2.3011, time 85.12ms, mfu 0.02%` (`iter N:` then
   `name value` pairs between commas);
 - a tqdm bar, `  5%|▌    | 100/2000 [00:08<02:30, 12.6it/s]` (the last `\\r` update of a line),
@@ -38,8 +39,10 @@ ELAPSED_NAMES = ("elapsed", "elapsed_s", "train_time", "train_seconds")
 SUMMARY_NAME = "train_runtime"   # a Trainer log dict that sums up the run, not a point of it
 
 _NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf"
-_STEP_LINE = re.compile(rf"^\s*step\s+(\d+)\s*((?:\|\s*[A-Za-z_][\w.]*\s*[:=]?\s*(?:{_NUMBER})\s*[a-z%]*\s*)*)$")
-_PAIR = re.compile(rf"\|\s*([A-Za-z_][\w.]*)\s*[:=]?\s*({_NUMBER})\s*([a-z%]*)")
+# A figure's name may be several words (makemore's `step time 12.34ms`): read as `step_time`.
+_NAME = r"[A-Za-z_][\w.]*(?:[ \t]+[A-Za-z_][\w.]*)*"
+_STEP_LINE = re.compile(rf"^\s*step\s+(\d+)\s*((?:\|\s*{_NAME}\s*[:=]?\s*(?:{_NUMBER})\s*[a-z%]*\s*)*)$")
+_PAIR = re.compile(rf"\|\s*({_NAME})\s*[:=]?\s*({_NUMBER})\s*([a-z%]*)")
 _ITER_LINE = re.compile(rf"^\s*iter(?:ation)?\s+(\d+):\s*(.*)$")
 _COMMA_PAIR = re.compile(rf"^\s*([A-Za-z_][\w.]*)\s*[:=]?\s*({_NUMBER})\s*([a-z%]*)\s*$")
 _TQDM = re.compile(r"(\d+)/(\d+)\s*\[(?:(\d+):)?(\d+):(\d+)(?:<[^,\]]*)?(?:,\s*([0-9.]+)\s*(it/s|s/it))?")
@@ -99,7 +102,7 @@ def _from_step_line(line: str) -> ProgressPoint | None:
     for name, text, unit in _PAIR.findall(match.group(2)):
         number = _number(text)
         if number is not None:
-            values[name] = _in_seconds(number, unit)
+            values["_".join(name.split())] = _in_seconds(number, unit)
     return _point(values)
 
 

@@ -78,3 +78,14 @@ def test_a_message_written_over_a_bar_leaves_the_bar_readable():
     assert ProgressReader().feed(line).total_steps == 200
     mixed = " 5%|▌    | 10/200 [00:08<02:30,  1.26it/s]\r{'loss': 2.5, 'epoch': 0.1}"
     assert ProgressReader().feed(mixed).loss == 2.5
+
+
+def test_makemore_step_lines_with_a_figure_named_in_two_words():
+    # karpathy/makemore prints `step N | loss X | step time Yms`: one figure, `step_time`,
+    # which never stands for the step itself
+    reader = ProgressReader(r"model #params: (?P<params>\d+)|step (?P<steps>\d+) train loss")
+    point = reader.feed("step 120 | loss 2.3456 | step time 12.34ms")
+    assert (point.step, point.loss, point.elapsed_s) == (120, 2.3456, None)
+    assert point.values["step_time"] == 12.34
+    assert reader.feed("step 500 train loss: 2.31 test loss: 2.35").loss is None
+    assert ProgressReader().feed("step 3 | loss 2.0 | step | lr 1e-3") is None   # a name without a figure
