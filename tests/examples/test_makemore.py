@@ -36,7 +36,7 @@ def flag_default(flag: str, old: str, new: str) -> list[str]:
 def test_a_night_on_makemore_refuses_bought_compute_and_names_an_inert_flag(tmp_path):
     repo = makemore_repo(
         tmp_path / "makemore", sandbox="local", researcher="scripted",
-        seeds="{baseline: 2, screen: 1, max: 2, repeat: 0}",
+        seeds="{baseline: 2, screen: 1, max: 2, repeat: 0}", early_stop="off",   # its own test, below
         knobs="{n_layer: 'int(2, 8)', n_embd: 'choice(32, 64, 128)', n_embd2: 'choice(32, 64, 128)', "
               "learning_rate: 'log(1e-4, 1e-2)'}")
     head = git_out(repo, "rev-parse", "HEAD")
@@ -82,6 +82,33 @@ def test_a_night_on_makemore_refuses_bought_compute_and_names_an_inert_flag(tmp_
     out = " ".join(done.stdout.split())
     assert "e0002 NO_EFFECT" in out                                   # the console says it, and what
     assert re.search(r"e0003 \w+ .*; compute \d\.\d\dx \(\d+\.\d s vs \d+\.\d s\)", out)   # it cost
+
+
+@needs("makemore")
+def test_makemores_progress_lines_are_its_curve_and_a_clear_loser_stops_early(tmp_path):
+    # makemore prints `step N | loss X | step time Yms` every ten steps and no clock of its own:
+    # its curve is placed by its steps over the incumbent's, and a learning rate a hundred times
+    # too small (a wider range than the example's, so that the loser is beyond doubt) is far
+    # behind and not closing at the first checkpoint that can tell.
+    repo = makemore_repo(
+        tmp_path / "makemore", sandbox="local", researcher="scripted",
+        seeds="{baseline: 2, screen: 1, max: 2, repeat: 0}", knobs="{learning_rate: 'log(1e-6, 1e-2)'}")
+    script = tmp_path / "proposals.json"
+    script.write_text(json.dumps([{"replace": flag_default("--learning-rate", "5e-4", "5e-6"),
+                                   "description": "learning rate 5e-6"}]))
+    done = nightshift(repo, "run", "--tag", "mm", "--script", str(script), "--max-experiments", "1",
+                      env=cli_env(tmp_path / "data"), timeout=900)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-3000:]
+    state = loop_state(repo, "mm")
+    curves = [r.curve for r in state.runs if r.ok]
+    assert curves and all(c is not None and len(c.points) >= 20 for c in curves)
+    assert all(p.loss is not None and p.step is not None for c in curves for p in c.points)
+    assert not state.unpaired, [u.reason for u in state.unpaired.values()]
+    loser = state.experiments["e0001"]
+    assert loser.stopped_early is not None, loser.decision
+    assert loser.verdict == Verdict.DISCARD and loser.decision.decision.rule == "early_stop"
+    assert loser.stopped_early.reached < 0.8 and loser.stopped_early.saved_s > 0
+    assert "stopped early" in done.stdout
 
 
 @needs("makemore")
