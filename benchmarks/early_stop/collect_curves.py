@@ -1,7 +1,7 @@
 """Paired learning curves of real train.py runs: the data benchmarks/early_stop/early_stop_replay.py replays.
 
     python -m benchmarks.early_stop.collect_curves OUT.jsonl [--pairs 60] [--budget 30s] [--per-seed 5]
-                                        [--null-every 5] [--first-seed 1000]
+                                        [--null-every 5] [--first-seed 1000] [--only BATCH_SIZE]
 
 Every run goes through the harness itself: a throw-away copy of the bundled target, the local
 sandbox, the training step then the protected evaluator, and the curve the harness reads live
@@ -70,18 +70,29 @@ CHANGES: list[tuple[str, dict]] = [
     ("WEIGHT_DECAY 0.1 -> 0.3", {"WEIGHT_DECAY": 0.3}),
     ("BATCH_SIZE 64 -> 32", {"BATCH_SIZE": 32}),
     ("CONTEXT_LEN 64 -> 128", {"CONTEXT_LEN": 128}),
+    # collected apart (`--only BATCH_SIZE`): whether a gap between batch sizes at equal training
+    # time carries over as any other change's does (issue 40: a batch of 8 was never stopped)
+    ("BATCH_SIZE 64 -> 8", {"BATCH_SIZE": 8}),
+    ("BATCH_SIZE 64 -> 16", {"BATCH_SIZE": 16}),
+    ("BATCH_SIZE 64 -> 128", {"BATCH_SIZE": 128}),
 ]
 
 
-def plan(pairs: int, per_seed: int, null_every: int, first_seed: int) -> list[tuple[int, str]]:
-    """(seed, change) of every pair, in the order they run."""
+def plan(pairs: int, per_seed: int, null_every: int, first_seed: int,
+         only: str | None = None) -> list[tuple[int, str]]:
+    """(seed, change) of every pair, in the order they run (`only`: the changes whose name
+    starts with it, the last three by default excluded as they are collected apart)."""
+    names = [name for name, _ in CHANGES if name.startswith(only)] if only else \
+        [name for name, _ in CHANGES[:-3]]
+    if not names:
+        raise SystemExit(f"--only {only!r} names no change; the changes: {', '.join(n for n, _ in CHANGES)}")
     out, changes = [], iter(range(10**6))
     for k in range(pairs):
         seed = first_seed + k // per_seed
         if null_every and (k + 1) % null_every == 0:
             out.append((seed, NULL))
         else:
-            out.append((seed, CHANGES[next(changes) % len(CHANGES)][0]))
+            out.append((seed, names[next(changes) % len(names)]))
     return out
 
 
@@ -118,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-seed", type=int, default=5, help="candidates paired on one incumbent run")
     parser.add_argument("--null-every", type=int, default=5, help="every n-th candidate is a null")
     parser.add_argument("--first-seed", type=int, default=1000)
+    parser.add_argument("--only", help="only the changes whose name starts with this (e.g. BATCH_SIZE)")
     parser.add_argument("--work", type=Path, help="where the throw-away repository goes (default: a temp dir)")
     args = parser.parse_args(argv)
     budget = parse_duration(args.budget)
@@ -128,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
                 pair = json.loads(line)
                 done.add((pair["seed"], pair["change"]))
     todo = [(seed, change) for seed, change in plan(args.pairs, args.per_seed, args.null_every,
-                                                     args.first_seed) if (seed, change) not in done]
+                                                     args.first_seed, args.only) if (seed, change) not in done]
     print(f"{len(todo)} pairs to run ({len(done)} already in {args.out}), {args.budget} each run")
     if not todo:
         return 0
