@@ -294,7 +294,7 @@ class RunStoppedEarly(Event):
 @dataclass(frozen=True, kw_only=True)
 class RunUnpaired(Event):
     """Candidate run `run_id`'s curve cannot be compared with its incumbent's (no progress
-    lines, a different batch shape, step grid or learning-rate schedule): it is never stopped
+    lines, a different context length, step grid or learning-rate schedule): it is never stopped
     early, and this says why. Recorded once per run."""
 
     kind: ClassVar[str] = "run_unpaired"

@@ -275,9 +275,10 @@ def report(r: dict, ceiling: float) -> list[str]:
     less = 1 - r["time_per_discard_early"] / r["time_per_discard_today"] \
         if r["time_per_discard_today"] else float("nan")
     lost = r["wins_lost"] / r["passes"] if r["passes"] else float("nan")
+    # no comparable discard (every pair another context or schedule): no ceiling to be a share of
+    share = f"{less / ceiling:.0%} of the most a rule could save" if ceiling else "no pair could be stopped"
     lines = [f"run time per discarded candidate: {r['time_per_discard_today']:.1f} without early "
-             f"stopping, {r['time_per_discard_early']:.1f} with it ({less:.0%} less: {less / ceiling:.0%} "
-             f"of the most a rule could save; target >= 50%)",
+             f"stopping, {r['time_per_discard_early']:.1f} with it ({less:.0%} less: {share}; target >= 50%)",
              f"stopped early: {r['stopped']:.3g} of {r['pairs']:g}; run time of all candidates "
              f"{r['time_total_today']:.0f} -> {r['time_total_early']:.0f}",
              f"real wins lost: {r['wins_lost']:g} of {r['passes']:g} candidates that passed the screen "

@@ -57,13 +57,13 @@ def test_the_replay_stops_clear_losers_and_counts_time_wins_and_false_keeps(tmp_
 def test_the_ceiling_stops_every_comparable_discard_and_no_unpaired_one(tmp_path):
     # Runs of 100 s with no start-up or evaluation parts known: a stop at f costs 0.1 + 0.8·f
     # of a run. Every discard of pairs_file can be compared, so the ceiling at 25 % saves
-    # 1 − (0.1 + 0.2) = 70 %; with every curve unpaired (another batch shape) it saves nothing.
+    # 1 − (0.1 + 0.2) = 70 %; with every curve unpaired (another context) it saves nothing.
     path = pairs_file(tmp_path / "pairs.jsonl")
     lines = ceilings(read_pairs(path), EarlyStopSettings()).lines
     assert "25%: 70% less" in lines[1] and "50%: 50% less" in lines[2], lines
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     for row in rows:
-        row["candidate"]["batch_shape"], row["incumbent"]["batch_shape"] = "32x64", "64x64"
+        row["candidate"]["batch_shape"], row["incumbent"]["batch_shape"] = "64x32", "64x64"
     path.write_text("\n".join(json.dumps(row) for row in rows) + "\n")
     lines = ceilings(read_pairs(path), EarlyStopSettings()).lines
     assert lines[0].startswith("the most a rule could save (0 of") and "25%: 0% less" in lines[1]
@@ -98,11 +98,12 @@ def test_simulated_nights_stop_losing_candidate_runs_and_never_prematurely(worke
 
 def test_the_default_prior_is_what_the_real_pairs_measure():
     # agent/decide/curve_forecast.py's PRIOR is benchmarks/early_stop/curve_prior.py's rule applied to
-    # benchmarks/early_stop/paired_curves.jsonl: change either and this says so
+    # benchmarks/early_stop/paired_curves.jsonl: change either and this says so (39 comparable
+    # pairs since a batch-count change pairs; the prior measured on the 38 before is the same)
     pairs = read_pairs(Path(__file__).parents[2] / "benchmarks" / "early_stop" / "paired_curves.jsonl")
     settings = EarlyStopSettings()
     lines = curve_prior.fit(pairs, settings, baseline(pairs, settings))
-    assert [line.pairs for line in lines] == [38, 38, 38]
+    assert [line.pairs for line in lines] == [39, 39, 39]
     measured = curve_prior.prior_from(lines)
     assert (measured.slope, measured.residuals) == (PRIOR.slope, PRIOR.residuals)
     first, second = curve_prior.split(pairs)

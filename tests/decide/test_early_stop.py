@@ -10,7 +10,7 @@ import pytest
 
 from agent.decide.curve_forecast import CurveNoise, forecast
 from agent.decide.early_stop import (CannotPair, Continue, EarlyStopSettings, FinishedPair, Stop,
-                                     curve_noise, gap_at, judge)
+                                     curve_noise, gap_at, judge, why_unpaired)
 from agent.record.curves import Curve, CurvePoint, curve_point
 from sandbox.progress import ProgressReader
 
@@ -155,7 +155,7 @@ def test_before_the_first_checkpoint_or_when_off_it_only_continues():
 @pytest.mark.parametrize("candidate, incumbent, why", [
     (curve(), Curve(), "the incumbent's run on this seed printed no progress lines"),
     (Curve(), curve(), "no progress lines by 25%"),
-    (curve(batch_shape="64x256"), curve(batch_shape="32x256"), "a different batch shape"),
+    (curve(batch_shape="64x256"), curve(batch_shape="64x128"), "a different context"),
     (curve(total_steps=5000), curve(total_steps=4000), "a different step grid"),
     (curve(lr=lambda f: 1.0 if f < 0.6 else (1 - f) / 0.4),
      curve(lr=lambda f: 1.0 if f < 0.4 else (1 - f) / 0.6), "a different learning-rate schedule"),
@@ -163,6 +163,34 @@ def test_before_the_first_checkpoint_or_when_off_it_only_continues():
 def test_curves_that_cannot_be_paired_say_why(candidate, incumbent, why):
     result = judge(candidate.upto(0.9), incumbent, [], SETTINGS, scale=0.02, noise=NOISE, now=0.9)
     assert isinstance(result, CannotPair) and why in result.reason
+
+
+def test_a_different_batch_count_on_the_same_context_is_paired_and_judged():
+    # a batch of 8 against 64, far behind at 25 %: judged like any other change (issue 40's
+    # clear loser that ran to the end as "a different batch shape")
+    small = curve(shift=3.0, batch_shape="8x64")
+    result = judge(small.upto(0.3), curve(batch_shape="64x64"), [], SETTINGS, scale=0.02, noise=NOISE, now=0.3)
+    assert isinstance(result, Stop), result
+    unknown = judge(small.upto(0.3), curve(), [], SETTINGS, scale=0.02, noise=NOISE, now=0.3)
+    assert not isinstance(unknown, CannotPair)   # one side's shape unknown: paired as before
+
+
+def test_a_warm_up_read_at_rounded_clocks_is_one_schedule_and_a_longer_one_is_not():
+    # train.py prints its clock to 0.1 s: in a 20-s budget's 0.4-s warm-up two runs' lines at
+    # the "same" fraction 0.015 report 66 % and 78 % of the peak (real pairs of
+    # benchmarks/early_stop/paired_curves_batch.jsonl), and one run's last warm-up line may
+    # come after the other's first line at the peak
+    def warm(until: float, first: float, at_first: float) -> Curve:
+        points = [CurvePoint(fraction=first, loss=3.0, step=1, lr=at_first)]
+        points += [CurvePoint(fraction=float(f), loss=3.0 - f, step=2 + i,
+                              lr=min(1.0, f / until) * (1.0 if f < 0.4 else (1 - f) / 0.6))
+                   for i, f in enumerate(np.arange(0.025, 0.9, 0.02))]
+        return Curve(tuple(points))
+    incumbent = warm(0.02, 0.015, 0.66)
+    assert why_unpaired(warm(0.02, 0.015, 0.78), incumbent, 0.9, SETTINGS) is None
+    assert why_unpaired(warm(0.03, 0.02, 0.6), incumbent, 0.9, SETTINGS) is None
+    longer = why_unpaired(warm(0.08, 0.015, 0.19), incumbent, 0.9, SETTINGS)
+    assert longer is not None and "a different learning-rate schedule" in longer
 
 
 def test_a_peak_learning_rate_change_keeps_the_schedule_paired():
