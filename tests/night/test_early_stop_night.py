@@ -35,11 +35,11 @@ CURVY = '''\
 import json, os, random, time
 LEVEL = 2.0         # search: float(1.0, 4.0)
 BEHIND = 0.0        # search: float(0.0, 2.0)
-BATCH = 64          # search: choice(32, 64)
+CONTEXT = 64        # search: choice(64, 128)
 LINES = 10
 seed = int(os.environ["NIGHTSHIFT_SEED"])
 budget = float(os.environ["NIGHTSHIFT_BUDGET_S"])
-run = random.Random(f"{seed}/{LEVEL}/{BEHIND}/{BATCH}")   # this run's own luck, shared with no other
+run = random.Random(f"{seed}/{LEVEL}/{BEHIND}/{CONTEXT}")   # this run's own luck, shared with no other
 luck = run.gauss(0.0, 0.03)
 for i in range(1, LINES + 1):
     time.sleep(budget / LINES)
@@ -52,9 +52,9 @@ with open(os.path.join(os.environ["NIGHTSHIFT_OUT"], "result.json"), "w") as out
 '''
 
 # the bundled train.py's step lines (its own training clock), or nanoGPT's (steps, no clock)
-TRAIN_PY = 'f"step {i * 10} | loss {loss:.4f} | lr 1.0e-02 | batch {BATCH} | context 64 | elapsed {f * budget:.2f}s"'
-NANOGPT = 'f"iter {i * 10}: loss {loss:.4f}, time {budget / LINES * 1000:.2f}ms, batch {BATCH}"'
-NANOGPT_PATTERN = r"metrics_pattern: 'iter (?P<iter>\d+): loss (?P<train_loss>[0-9.]+), time (?P<ms>[0-9.]+)ms, batch (?P<batch>\d+)'"
+TRAIN_PY = 'f"step {i * 10} | loss {loss:.4f} | lr 1.0e-02 | batch 64 | context {CONTEXT} | elapsed {f * budget:.2f}s"'
+NANOGPT = 'f"iter {i * 10}: loss {loss:.4f}, time {budget / LINES * 1000:.2f}ms, batch 64, context {CONTEXT}"'
+NANOGPT_PATTERN = r"metrics_pattern: 'iter (?P<iter>\d+): loss (?P<train_loss>[0-9.]+), time (?P<ms>[0-9.]+)ms, batch (?P<batch>\d+), context (?P<context>\d+)'"
 
 PROGRAM = '''\
 ---
@@ -76,7 +76,7 @@ CALIBRATION = [3.2, 2.2, 2.6, 2.05, 2.4, 2.1, 2.8, 2.3, 2.5, 2.15, 3.0, 2.7, 2.3
 UNDER_TEST = [
     {"knobs": {"LEVEL": 4.0}, "description": "clearly worse"},
     {"knobs": {"LEVEL": 3.9}, "description": "clearly worse again"},
-    {"knobs": {"LEVEL": 3.5, "BATCH": 32}, "description": "clearly worse, another batch shape"},
+    {"knobs": {"LEVEL": 3.5, "CONTEXT": 128}, "description": "clearly worse, another context"},
     {"knobs": {"LEVEL": 1.7, "BEHIND": 1.2}, "description": "behind early, crosses late"},
 ]
 # after them, work for the workers a stop frees (the night's last proposals)
@@ -145,10 +145,11 @@ def assert_early_stopping_held(state, killed: str | None = None, one_worker: boo
             assert stopped.curve is not None and stopped.curve.reached < 1.0
             assert stopped.status == Status.INTERRUPTED and "stopped early" in stopped.reason
         assert all(r.run_id != stop.run_id for r in state.runs)   # never a result, reference, noise
-    # a curve on another batch shape is never compared, and the ledger says why, once
-    other = named["clearly worse, another batch shape"]
+    # a curve on another context is never compared (another batch count is), and the ledger
+    # says why, once
+    other = named["clearly worse, another context"]
     unpaired = [u for u in state.unpaired.values() if u.experiment == other.id]
-    assert len(unpaired) == 1 and "batch shape" in unpaired[0].reason
+    assert len(unpaired) == 1 and "a different context" in unpaired[0].reason
     assert other.id not in stops and other.verdict == Verdict.DISCARD and other.decision.effect < 0
     # the late crossing runs to the end on every seed, and is kept on its merit
     crossing = named["behind early, crosses late"]

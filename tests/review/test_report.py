@@ -171,12 +171,12 @@ def test_the_report_lists_every_run_stopped_early_and_the_time_saved(tmp_path):
         ledger.append(DecisionMade(id=eid, commit=commit, incumbent="b" * 40, verdict=Verdict.DISCARD,
                                    reason="a discard stopped early at 25%",
                                    decision=Decision(verdict=Verdict.DISCARD, rule="early_stop")))
-    ledger.append(RunUnpaired(run_id="r9", experiment="e0002", reason="a different batch shape (32x64 against 64x64)"))
+    ledger.append(RunUnpaired(run_id="r9", experiment="e0002", reason="a different context (64x128 against 64x64)"))
     context = build_context(tmp_path / "es")
     early = context["early"]
     assert [s["id"] for s in early["stops"]] == ["e0001", "e0002"] and early["saved_s"] == 90.0
     assert early["share"] == 90.0 / (70.0 + 25.0 + 25.0 + 90.0)           # of what the runs would have taken
-    assert early["unpaired"] == {"a different batch shape": 1}
+    assert early["unpaired"] == {"a different context": 1}
     page = " ".join(re.sub(r"<[^>]+>", "", html.unescape(write_report(tmp_path / "es").html.read_text())).split())
     assert "2 candidate runs stopped early" in page and "43% of what the night's runs would have taken" in page
     assert "-0.8000 [-1.2000, -0.4000]" in page and "N_LAYER 6" in page
