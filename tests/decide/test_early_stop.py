@@ -191,6 +191,10 @@ def test_a_warm_up_read_at_rounded_clocks_is_one_schedule_and_a_longer_one_is_no
     assert why_unpaired(warm(0.03, 0.02, 0.6), incumbent, 0.9, SETTINGS) is None
     longer = why_unpaired(warm(0.08, 0.015, 0.19), incumbent, 0.9, SETTINGS)
     assert longer is not None and "a different learning-rate schedule" in longer
+    # a schedule that decays from its peak at once (no plateau) is still compared from there
+    decaying = Curve(tuple(CurvePoint(fraction=float(f), loss=3.0 - f, step=i, lr=1.0 - f)
+                           for i, f in enumerate(np.arange(0.02, 0.9, 0.02))))
+    assert "a different learning-rate schedule" in why_unpaired(incumbent, decaying, 0.9, SETTINGS)
 
 
 def test_a_peak_learning_rate_change_keeps_the_schedule_paired():
