@@ -145,10 +145,12 @@ def proposals(knobs: list[str], night: int) -> list[dict]:
     return [{"knobs": {name: 1}, "description": f"{name} on"} for name in order]
 
 
-def write_repo(root: Path, source: str, script: list[dict]) -> Path:
+def write_repo(root: Path, source: str, script: list[dict], program: str = PROGRAM) -> Path:
+    """A git repository holding `source` as target.py and `program`, the scripted researcher's
+    proposals beside it (benchmarks/keep_rule/mix_nights.py writes its own program)."""
     root.mkdir(parents=True, exist_ok=True)
     (root / "target.py").write_text(source)
-    (root / "program.md").write_text(PROGRAM)
+    (root / "program.md").write_text(program)
     (root / ".gitignore").write_text("results/\n")
     git = ["git", "-c", "user.name=Bench", "-c", "user.email=bench@localhost", "-C", str(root)]
     subprocess.run(["git", "init", "-q", "-b", "main", str(root)], check=True)

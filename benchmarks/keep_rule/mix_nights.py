@@ -39,19 +39,17 @@ run-second. A night of 40 proposals takes about 6-10 minutes of wall time on 2 c
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 PROJECT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(PROJECT))
+
+from benchmarks.keep_rule.loop_nights import run_night, write_repo  # noqa: E402
 
 LEVEL = 2.0
 SD = 0.1              # one run's spread across seeds, metric units (val_bpb, minimised)
@@ -136,32 +134,6 @@ def target_source(proposals: list[Proposal], regime: str, salt: int) -> str:
     redrawn = " + ".join(f"str({k})" for k in redraw) if redraw else '""'
     return TARGET.format(knobs=knobs, regime=regime, salt=salt, effect=effect, lead=lead, redrawn=redrawn,
                          sd=SD, rerun_sd=RERUN_SD, level=LEVEL, head=HEAD, point_sd=POINT_SD)
-
-
-def write_repo(root: Path, source: str, budget: float, script: list[dict]) -> Path:
-    root.mkdir(parents=True)
-    (root / "target.py").write_text(source)
-    (root / "program.md").write_text(PROGRAM.format(budget=budget))
-    (root / ".gitignore").write_text("results/\n")
-    git = ["git", "-c", "user.name=Bench", "-c", "user.email=bench@localhost", "-C", str(root)]
-    subprocess.run(["git", "init", "-q", "-b", "main", str(root)], check=True)
-    subprocess.run([*git, "add", "-A"], check=True)
-    subprocess.run([*git, "commit", "-qm", "the synthetic script"], check=True)
-    (root.parent / "script.json").write_text(json.dumps(script))
-    return root
-
-
-def run_night(root: Path, experiments: int) -> float:
-    """`nightshift run` on the repository; its wall time in seconds."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_"))}
-    env.update(PYTHONPATH=str(PROJECT), NIGHTSHIFT_DATA_ROOT=str(root.parent / "data"), COLUMNS="120")
-    began = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "agent.cli", "run", "--tag", "bench", "--script",
-                           str(root.parent / "script.json"), "--max-experiments", str(experiments)],
-                          cwd=root, env=env, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise SystemExit(f"nightshift run exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
-    return time.monotonic() - began
 
 
 @dataclass
@@ -258,8 +230,9 @@ def one_night(night: int, regime: str, count: int, budget: float, workdir: Path)
     proposals = mix(count)
     random.Random(f"order/{night}").shuffle(proposals)
     script = [{"knobs": {p.knob: 1}, "description": f"{p.knob} on"} for p in proposals]
-    root = write_repo(workdir / f"{regime}-{night}" / "repo", target_source(proposals, regime, salt), budget, script)
-    wall = run_night(root, len(proposals))
+    root = write_repo(workdir / f"{regime}-{night}" / "repo", target_source(proposals, regime, salt), script,
+                      program=PROGRAM.format(budget=budget))
+    wall = run_night(root, len(proposals), timeout=3600)
     ours, full_s = read_night(root, proposals)
     return ours, single_run(proposals, regime, salt, full_s), sound_floor(proposals, full_s), wall
 
