@@ -41,8 +41,11 @@ SUMMARY_NAME = "train_runtime"   # a Trainer log dict that sums up the run, not 
 _NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf"
 # A figure's name may be several words (makemore's `step time 12.34ms`): read as `step_time`.
 _NAME = r"[A-Za-z_][\w.]*(?:[ \t]+[A-Za-z_][\w.]*)*"
-_STEP_LINE = re.compile(rf"^\s*step\s+(\d+)\s*((?:\|\s*{_NAME}\s*[:=]?\s*(?:{_NUMBER})\s*[a-z%]*\s*)*)$")
-_PAIR = re.compile(rf"\|\s*({_NAME})\s*[:=]?\s*({_NUMBER})\s*([a-z%]*)")
+# Each stretch of spaces has one place in these patterns (`\s*(?:[:=]\s*)?`, not `\s*[:=]?\s*`):
+# two optional runs of spaces side by side split every space two ways, and a line of n pairs
+# that fails at its end was tried 4**n ways (12 pairs took 10 s; a script's output is data).
+_STEP_LINE = re.compile(rf"^\s*step\s+(\d+)\s*((?:\|\s*{_NAME}\s*(?:[:=]\s*)?(?:{_NUMBER})(?:\s*[a-z%]+)?\s*)*)$")
+_PAIR = re.compile(rf"\|\s*({_NAME})\s*(?:[:=]\s*)?({_NUMBER})(?:\s*([a-z%]+))?")
 _ITER_LINE = re.compile(rf"^\s*iter(?:ation)?\s+(\d+):\s*(.*)$")
 _COMMA_PAIR = re.compile(rf"^\s*([A-Za-z_][\w.]*)\s*[:=]?\s*({_NUMBER})\s*([a-z%]*)\s*$")
 _TQDM = re.compile(r"(\d+)/(\d+)\s*\[(?:(\d+):)?(\d+):(\d+)(?:<[^,\]]*)?(?:,\s*([0-9.]+)\s*(it/s|s/it))?")

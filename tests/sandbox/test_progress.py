@@ -89,3 +89,14 @@ def test_makemore_step_lines_with_a_figure_named_in_two_words():
     assert point.values["step_time"] == 12.34
     assert reader.feed("step 500 train loss: 2.31 test loss: 2.35").loss is None
     assert ProgressReader().feed("step 3 | loss 2.0 | step | lr 1e-3") is None   # a name without a figure
+
+
+def test_a_long_line_that_is_almost_a_step_line_is_refused_at_once():
+    # 2000 `name value` pairs and a last one without a value: each space had two places in the
+    # pattern, and 12 pairs took 10 s (a script's output is data, and the reader runs on the
+    # worker's thread)
+    import time
+    started = time.monotonic()
+    assert ProgressReader().feed("step 1 " + "| x 1 " * 2000 + "| y") is None
+    assert ProgressReader().feed("step 1 " + "| x: 1 s " * 2000).values["x"] == 1.0
+    assert time.monotonic() - started < 30.0   # a hang guard: the old pattern took ~4**2000 tries
