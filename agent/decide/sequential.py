@@ -101,7 +101,7 @@ class SequentialRule(DecisionRule):
                  baseline: int = SeedPlan.baseline, screen: int = SeedPlan.screen,
                  max_seeds: int = SeedPlan.max, fdr: str = RuleSettings.fdr,
                  repeat: int = SeedPlan.repeat,
-                 futility: tuple[float, float] = (0.75, 1.0), spend_power: float = 1.5,
+                 futility: tuple[float, float] = (0.0, 0.5), spend_power: float = 1.5,
                  refresh: int = 8, pool: int = 6, min_keep_seeds: int = 2,
                  lord_horizon: int = 100, regimes: bool = True,
                  paired_futility: tuple[float, float] = (1.25, 1.0),
@@ -227,6 +227,17 @@ class SequentialRule(DecisionRule):
         and the efficacy boundaries are computed for it)."""
         return self.paired_futility if night.regime == Regime.PAIRED else self.futility
 
+    def binding_futility(self, night: _Night) -> tuple[float, float]:
+        """The futility the efficacy boundaries may count on (binding futility lowers them):
+        `futility_for`, except after the screen in the unknown regime, where a candidate goes
+        on while either of its two tests looks promising (`_own_pairs`): the boundaries then
+        count on no futility after the screen, else the null paths the rule follows that the
+        boundaries took as stopped would spend error nobody counted."""
+        screen, later = self.futility_for(night)
+        if self.regimes and night.regime == Regime.UNKNOWN:
+            return screen, -math.inf
+        return screen, later
+
     def boundaries(self, level: float, looks: tuple[int, ...] | None = None,
                    keep_from: int | None = None,
                    futility: tuple[float, float] | None = None,
@@ -322,7 +333,7 @@ class SequentialRule(DecisionRule):
         k = len(looks) - 1
         most = self.seeds_for(night)
         bounds = self.boundaries(night.level, looks, self.min_keep_seeds,
-                                 self.futility_for(night), most)
+                                 self.binding_futility(night), most)
         futility = self.futility_for(night)[0 if k == 0 else 1]
         pairs = [evidence.improvement(candidate[s], reference[s]) for s in seeds if s in reference]
         comparison = Comparison(paired_seeds=len(pairs),
