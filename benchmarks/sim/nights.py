@@ -20,7 +20,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -87,6 +87,18 @@ def draw_effect(prior: str, rng: np.random.Generator) -> float:
     raise ValueError(f"unknown prior {prior!r}")
 
 
+Prior = str | Sequence[float]   # a prior's name, or the night's proposals' effects in order
+
+
+def proposals(prior: Prior, rng: np.random.Generator) -> Iterator[float]:
+    """The night's true effects: drawn from the named prior one at a time (as many as the
+    budget takes), or the given ones in order (the night ends after the last)."""
+    if isinstance(prior, str):
+        while True:
+            yield draw_effect(prior, rng)
+    yield from prior
+
+
 @dataclass
 class Night:
     progress: float = 0.0          # true improvement of the final incumbent over the start
@@ -96,13 +108,14 @@ class Night:
     runs: int = 0
     calibration: int = 0           # runs of new incumbents on the baseline seeds (and the repeat)
     paired: int = 0                # incumbent runs a candidate asked for
+    decided: list[tuple[float, bool, int]] = field(default_factory=list)  # (effect, kept, runs)
 
     def count_keep(self, effect: float) -> None:
         self.keeps["true" if effect > 0 else "null" if effect == 0 else "harmful"] += 1
 
 
 # ---------------------------------------------------------------- the rules
-def night_single(prior: str, budget: int, rngs: tuple[np.random.Generator, ...],
+def night_single(prior: Prior, budget: int, rngs: tuple[np.random.Generator, ...],
                  noise: NoiseModel, confirm: bool, margin: float = 0.0) -> Night:
     """One run per candidate on seed 0 (and seed 1 with `confirm`), kept when it beats the
     best recorded value by more than `margin` (σ units; 0: at all)."""
@@ -113,27 +126,29 @@ def night_single(prior: str, budget: int, rngs: tuple[np.random.Generator, ...],
         best = (best + world.run(0, level, 1)) / 2
         night.runs += 1
     night.runs += 1
-    while night.runs < budget:
-        effect, commit = draw_effect(prior, rng), commit + 1
+    effects = proposals(prior, rng)
+    while night.runs < budget and (effect := next(effects, None)) is not None:
+        commit, before = commit + 1, night.runs
         cand_level = level - effect
         first = world.run(commit, cand_level, 0)
         night.runs += 1
         night.candidates += 1
-        if first >= best - margin:
-            continue
-        if confirm:
+        kept = first < best - margin
+        if kept and confirm:
             second = world.run(commit, cand_level, 1)
             night.runs += 1
-            if second >= best:
-                continue
+            kept = second < best
             first = (first + second) / 2
+        night.decided.append((effect, kept, night.runs - before))
+        if not kept:
+            continue
         best, level = first, cand_level
         night.count_keep(effect)
     night.progress, night.optimism = -level, level - best
     return night
 
 
-def night_sequential(rule: SequentialRule, prior: str, budget: int,
+def night_sequential(rule: SequentialRule, prior: Prior, budget: int,
                      rngs: tuple[np.random.Generator, ...], noise: NoiseModel) -> Night:
     """One night of the real rule, driven the way agent's loop drives it."""
     rng, world, night = rngs[0], World(rngs[1], noise, budget), Night()
@@ -162,8 +177,9 @@ def night_sequential(rule: SequentialRule, prior: str, budget: int,
     night.calibration += len(reference) + len(repeats)
     history: list[Decision] = []
     commit = 0
-    while night.runs < budget:
-        effect, commit = draw_effect(prior, rng), commit + 1
+    effects = proposals(prior, rng)
+    while night.runs < budget and (effect := next(effects, None)) is not None:
+        commit, before = commit + 1, night.runs
         cand_level, candidate = level - effect, {}
         decision = None
         while night.runs < budget:
@@ -184,6 +200,7 @@ def night_sequential(rule: SequentialRule, prior: str, budget: int,
         if decision is None:                     # the night ended mid-experiment
             break
         night.candidates += 1
+        night.decided.append((effect, decision.verdict is Verdict.KEEP, night.runs - before))
         history.append(decision)    # the typed record the loop's history holds
         if decision.verdict is Verdict.KEEP:
             night.count_keep(effect)
