@@ -101,7 +101,7 @@ class SequentialRule(DecisionRule):
                  baseline: int = SeedPlan.baseline, screen: int = SeedPlan.screen,
                  max_seeds: int = SeedPlan.max, fdr: str = RuleSettings.fdr,
                  repeat: int = SeedPlan.repeat,
-                 futility: tuple[float, float] = (0.0, 0.5), spend_power: float = 1.5,
+                 futility: tuple[float, float] = (0.0, 1.0), spend_power: float = 1.5,
                  refresh: int = 8, pool: int = 6, min_keep_seeds: int = 2,
                  lord_horizon: int = 100, regimes: bool = True,
                  paired_futility: tuple[float, float] = (1.25, 1.0),

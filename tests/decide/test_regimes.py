@@ -266,7 +266,9 @@ def test_a_keep_on_an_old_incumbent_run_waits_for_a_bracket_that_cancels_drift(d
     assert isinstance(decision, Decision) and decision.verdict in verdicts, decision
     if effect:
         assert len(decision.seeds) == 2            # a second pair, bracketed like the first
-        assert decision.effect == pytest.approx(effect, abs=0.05)
+        # (the estimate also rests on the incumbent's runs on other seeds, credited less than
+        # a whole seed's share: within a seventh of a seed sd of the pairs' own 4.0)
+        assert decision.effect == pytest.approx(effect, abs=0.15)
         assert decision.reference_values[seed] == pytest.approx(selecting - drift, abs=0.01)
 
 
