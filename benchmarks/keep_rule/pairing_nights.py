@@ -9,7 +9,8 @@ of a run's luck). Rules, side by side:
 - single run: one run per candidate on seed 0 against the best recorded value (at ρ > 0 a
   paired comparison for free: the incumbent's value is its own selecting run on seed 0);
 - nightshift, before: the rule before issue 29, by its settings (`seeds.baseline: 6`,
-  `regimes=False`: one design whatever the night measured; a keep needs two seeds);
+  `regimes=False`: one design whatever the night measured; a keep needs two seeds; the
+  screen of its time, futility 0.75, which issue 40 lowered);
 - nightshift: program.md's defaults: the regime measured (docs/decisions.md), two
   calibration seeds, a one-pair keep and the incumbent's selecting runs as references where
   a seed fixes the run;
@@ -59,7 +60,7 @@ BEFORE, NOW = "nightshift, before", "nightshift"
 
 
 def rules(rho: float, quick: bool = False) -> dict[str, SequentialRule | OneSeedAtLevel | None]:
-    everything = {"single run": None, BEFORE: SequentialRule(baseline=6, regimes=False),
+    everything = {"single run": None, BEFORE: SequentialRule(baseline=6, regimes=False, futility=(0.75, 1.0)),
                   NOW: SequentialRule(), ONE_SEED: OneSeedAtLevel(rho, SequentialRule().alpha)}
     if quick:
         return {k: v for k, v in everything.items() if k != BEFORE}
