@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
@@ -17,6 +18,7 @@ from agent.record.events import DecisionMade, Direction, Role, RunFinished, Usag
 from agent.record.ledger import read_events
 from agent.record.state import Experiment, LoopState, fold
 from agent.record.views import early_stops, queue_time, timeline_text, utilisation
+from agent.review.single_run import summary_lines as single_run_lines
 from cluster.protocol import Dispatched, Slot
 
 STOPS_SHOWN = 10        # the latest stopped runs `status` lists (the report lists all)
@@ -261,6 +263,8 @@ def print_status(console: Console, folder: Path, metric: str, state: LoopState |
     if len(stops.stops) > STOPS_SHOWN:
         console.print(f"    and {len(stops.stops) - STOPS_SHOWN} earlier ones (`nightshift report` "
                       f"lists every stopped run)")
+    for line in single_run_lines(list(state.experiments.values()), Direction(direction)):
+        console.print(f"  {escape(line)}")
     cal = state.calibration()
     if cal.n:
         console.print(f"  predictions: direction right {cal.direction_accuracy:.0%}, intervals "
