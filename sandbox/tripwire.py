@@ -111,8 +111,8 @@ class Tripwires:
 
 # The stand-ins live in memory (tmpfs) where the machine has it: the held-out sources are
 # thousands of files (6,111 in this machine's Python installations), laid twice a run, and on
-# disk that took 0.7 to 5 s a step as the disk was busy, in memory 0.09 s (measured
-# 2026-12-03). A harness killed mid-run leaves its folder; the next one sweeps it.
+# disk that took 0.7 to 5 s a step as the disk was busy, in memory 0.09 s. A harness
+# killed mid-run leaves its folder; the next one sweeps it.
 SCRATCH = Path("/dev/shm")
 PREFIX = "nightshift-tripwires-"
 

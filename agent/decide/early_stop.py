@@ -199,8 +199,8 @@ def _schedule_gap(candidate: Curve, incumbent: Curve) -> float | None:
     # two lines at the "same" fraction differ by up to a quarter of the peak there, and a run's
     # last warm-up line may fall after the other's first line at its peak. Read from the start,
     # 8 of the 52 real pairs that keep their schedule differed by over 10 % of the peak (up to
-    # 18 %, past the 15 % tolerance), and a night called issue 40's learning-rate and batch-8
-    # losers another schedule on one night and not on another. A longer warm-up still shows:
+    # 18 %, past the 15 % tolerance), so the same loser was "another schedule" on one night
+    # and not on another. A longer warm-up still shows:
     # its rate is below the peak the incumbent has held since.
     at_peak = [f for f, lr in theirs if lr >= PEAK_SHARE * peak_theirs]
     inside = [(f, lr) for f, lr in inside if f >= at_peak[min(1, len(at_peak) - 1)]]
