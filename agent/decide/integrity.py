@@ -49,8 +49,8 @@ IGNORES_SEED_BAND = 3.0
 # The generalization gap (val - train bits per byte) may close this much more than the
 # incumbent's before the evaluation bytes are taken to have been seen in training. Honest
 # changes closed it by up to 0.154 (CONTEXT_LEN 64 -> 128, which a floor of 0.15 flagged);
-# a model trained on the evaluation bytes closes it
-# by far more (its val scores below its train). Windows fitted by a lookup close it by ~0.1:
+# a model trained on the evaluation bytes closes it by far more (its val scores below its
+# train). Windows fitted by a lookup close it by ~0.1:
 # the memorization probe, not this flag, is the line for those (docs/integrity.md). The
 # yardstick is the baseline's gap (the night's first incumbent), not the current incumbent's:
 # a kept memorizer (gap 0.70 against the baseline's 0.35) made every later candidate 0.3
