@@ -33,6 +33,7 @@ from agent.review.ablation_panel import ablation_panels
 from agent.review.charts import calibration_chart, progress_chart, progress_png
 from agent.review.efficiency import calibration_seeds, estimated_improvement, night_efficiency
 from agent.review.experiment_view import experiment_views
+from agent.review.single_run import other_verdicts, tested
 from sandbox import Status
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -145,6 +146,7 @@ def build_context(tag_dir: Path, *, metric: str | None = None, direction: Direct
         "best": best,
         "improvement": _improvement(state, direction),
         "efficiency": night_efficiency(state, direction, calibration_seeds(program)).to_dict(),
+        "one_run": _one_run(state, direction),
         "noise": {"sd": sd, "dof": dof},
         "experiments": experiments,
         "chart": progress_chart(chart_data, metric=metric),
@@ -161,6 +163,16 @@ def build_context(tag_dir: Path, *, metric: str | None = None, direction: Direct
         "views": experiment_views(state, experiments, direction),
         "environment": _environment(state, tag_dir),
     }
+
+
+def _one_run(state: LoopState, direction: Direction) -> dict[str, Any]:
+    """The experiments one run alone would have decided otherwise (agent/review/single_run.py),
+    out of those the keep rule tested."""
+    decided = tested(state.experiments.values())
+    return {"tested": len(decided), "rows": [
+        {"id": o.experiment, "description": o.description, "verdict": o.verdict.value,
+         "single_run_keeps": o.single_run_keeps, "first_run": o.first_run, "against": o.against,
+         "why": o.why} for o in other_verdicts(decided, direction)]}
 
 
 def _early_stops(state: LoopState, program: dict[str, Any]) -> dict[str, Any]:

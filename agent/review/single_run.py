@@ -67,10 +67,15 @@ def other_verdicts(experiments: Iterable[Experiment], direction: Direction) -> l
     return out
 
 
+def tested(experiments: Iterable[Experiment]) -> list[Experiment]:
+    """The experiments the keep rule decided on a test (the ones the single run could judge)."""
+    return [e for e in experiments if e.decision is not None and e.decision.decision is not None
+            and e.decision.verdict in DECIDED_BY_THE_RULE]
+
+
 def summary_lines(experiments: list[Experiment], direction: Direction, limit: int = 8) -> list[str]:
     """The console's section: a head line, then one line an experiment (the latest `limit`)."""
-    decided = [e for e in experiments if e.decision is not None and e.decision.decision is not None
-               and e.decision.verdict in DECIDED_BY_THE_RULE]
+    decided = tested(experiments)
     others = other_verdicts(decided, direction)
     if not others:
         return []

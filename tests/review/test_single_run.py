@@ -83,3 +83,17 @@ def test_a_long_list_names_the_latest_and_counts_the_rest(tmp_path):
     assert [line.split()[0] for line in lines[1:9]] == [f"e{i:04d}" for i in range(3, 11)]
     assert lines[-1] == "  and 3 earlier ones (`nightshift show <id>` tells each)"
     assert summary_lines([], Direction.MINIMIZE) == []
+
+
+def test_the_report_says_it_beside_the_single_run_rules_cost(tmp_path):
+    from agent.review.report import build_context, write_report
+
+    write_night(tmp_path)
+    context = build_context(tmp_path)
+    assert context["one_run"]["tested"] == 4
+    assert [(r["id"], r["single_run_keeps"]) for r in context["one_run"]["rows"]] == [
+        ("e0001", True), ("e0002", False)]
+    page = write_report(tmp_path).html.read_text()
+    assert "Where one run would have decided otherwise: <b>2</b> of 4 tested experiments" in page
+    assert ("<b>e0001</b> GRAD_CLIP 1.0 -&gt; 2.0: one run +0.03 against the incumbent on seed 1000, "
+            "the single-run rule keeps it; Nightshift: discard (futility: p=0.71 &gt;= 0.16 at look 3)") in page
