@@ -49,10 +49,14 @@ class Verdict(str, enum.Enum):
         return self.value
 
     @property
+    def is_decided(self) -> bool:
+        """The keep rule decided it on a test of its runs."""
+        return self in (Verdict.KEEP, Verdict.DISCARD, Verdict.INCONCLUSIVE, Verdict.NO_EFFECT)
+
+    @property
     def is_failure(self) -> bool:
         """Something went wrong before the rule could decide: invalid, or a run failed."""
-        return self not in (Verdict.KEEP, Verdict.DISCARD, Verdict.INCONCLUSIVE, Verdict.SUPERSEDED,
-                            Verdict.NO_EFFECT)
+        return not self.is_decided and self is not Verdict.SUPERSEDED
 
     @property
     def is_integrity(self) -> bool:

@@ -17,7 +17,6 @@ from typing import Iterable
 from agent.record.records import Direction, Verdict
 from agent.record.state import Experiment
 
-DECIDED_BY_THE_RULE = (Verdict.KEEP, Verdict.DISCARD, Verdict.INCONCLUSIVE, Verdict.NO_EFFECT)
 WHY_CHARS = 110      # Nightshift's reason, cut to fit one console line beside the rest
 
 
@@ -43,10 +42,10 @@ class OtherVerdict:
 def other_verdicts(experiments: Iterable[Experiment], direction: Direction) -> list[OtherVerdict]:
     """The experiments, in order, whose first run alone would have been decided otherwise."""
     out = []
-    for experiment in experiments:
+    for experiment in tested(experiments):
         made = experiment.decision
-        test = made.decision if made is not None else None
-        if test is None or made.verdict not in DECIDED_BY_THE_RULE or not test.seeds:
+        test = made.decision
+        if not test.seeds:
             continue
         first = test.seeds[0]
         value = test.candidate_values.get(first)
@@ -70,7 +69,7 @@ def other_verdicts(experiments: Iterable[Experiment], direction: Direction) -> l
 def tested(experiments: Iterable[Experiment]) -> list[Experiment]:
     """The experiments the keep rule decided on a test (the ones the single run could judge)."""
     return [e for e in experiments if e.decision is not None and e.decision.decision is not None
-            and e.decision.verdict in DECIDED_BY_THE_RULE]
+            and e.decision.verdict.is_decided]
 
 
 def summary_lines(experiments: list[Experiment], direction: Direction, limit: int = 8) -> list[str]:

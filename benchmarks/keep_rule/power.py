@@ -63,7 +63,7 @@ def regimes() -> dict[str, NoiseModel]:
 
 
 @dataclass(frozen=True)
-class Tally:
+class KeepShare:
     """Proposals of one kind over many nights: how many were tried, kept, and what they cost."""
 
     tried: int = 0
@@ -79,12 +79,12 @@ class Tally:
         p = self.share
         return math.sqrt(p * (1 - p) / self.tried) if self.tried else math.nan
 
-    def add(self, kept: bool, runs: int) -> "Tally":
-        return Tally(self.tried + 1, self.kept + kept, self.runs + runs)
+    def add(self, kept: bool, runs: int) -> "KeepShare":
+        return KeepShare(self.tried + 1, self.kept + kept, self.runs + runs)
 
 
-def tally(nights: list[Night], keep: Callable[[float], bool]) -> Tally:
-    out = Tally()
+def keep_share(nights: list[Night], keep: Callable[[float], bool]) -> KeepShare:
+    out = KeepShare()
     for night in nights:
         for effect, kept, runs in night.decided:
             if keep(effect):
@@ -123,9 +123,9 @@ class Row:
     """One rule in one regime: the figures the table prints."""
 
     name: str
-    curve: list[tuple[float, Tally]]
-    wins: Tally          # wins of at least 1 sd in the mix
-    nulls: Tally
+    curve: list[tuple[float, KeepShare]]
+    wins: KeepShare          # wins of at least 1 sd in the mix
+    nulls: KeepShare
     false_keeps: float   # null or harmful keeps a night
     ratio: float         # progress per run, against the single run's
     runs: float          # runs a night
@@ -136,9 +136,9 @@ def measure(name: str, settings: dict, noise: NoiseModel, nights: int, seed: int
             sizes: tuple[float, ...] = WIN_SIZES) -> Row:
     mixed = play(SequentialRule(**settings), noise, nights, seed)
     single = play(None, noise, nights, seed)
-    curve = [(size, tally(play(SequentialRule(**settings), noise, nights, seed, (size,) * 3),
+    curve = [(size, keep_share(play(SequentialRule(**settings), noise, nights, seed, (size,) * 3),
                           lambda e, size=size: e == size)) for size in sizes]
-    return Row(name, curve, tally(mixed, lambda e: e >= 1.0), tally(mixed, lambda e: e == 0.0),
+    return Row(name, curve, keep_share(mixed, lambda e: e >= 1.0), keep_share(mixed, lambda e: e == 0.0),
                sum(k for n in mixed for e, k, _ in n.decided if e <= 0) / nights,
                progress_per_run(mixed) / progress_per_run(single),
                sum(n.runs for n in mixed) / nights,
