@@ -1,7 +1,9 @@
 """The LLM-free researcher: an Optuna study over the target's knobs (its `# search:`
 annotations and program.md's `knobs:`, see agent.target.knobs).
 
-Where it searches: near the incumbent first. The first `startup` proposals (10) are local
+Where it searches: the learning rates first, then near the incumbent. The opening
+(agent.researchers.opening) line-searches each learning-rate knob by factors of two, as the
+seeds' first rule of tuning asks. The first `startup` proposals (10) are local
 moves (agent.researchers.local_moves: one knob, one step inside a trust region that grows on
 keeps and shrinks on discards); after that TPE proposes, varying 1..knobs_per_proposal knobs,
 and a third of the proposals stay local moves, because TPE models the whole space while the
@@ -34,6 +36,7 @@ from agent.target.knobs import (
     Knob, KnobError, find_knobs, format_sig, format_value, parse_assignments, round_sig, same_value, set_knobs,
 )
 from agent.researchers.local_moves import local_move, trust_radius
+from agent.researchers.opening import FACTOR, Move, Step, next_move
 from agent.researchers.prediction_stats import TriedConfig, predict_delta
 from agent.record.records import Direction
 from agent.record.state import Experiment
@@ -51,7 +54,7 @@ class OptunaResearcher(Researcher):
 
     def __init__(self, state_dir: Path, seed: int = 0, knobs_per_proposal: int = 2,
                  direction: Direction = Direction.MINIMIZE, knobs: dict[str, str] | None = None,
-                 startup: int = 10, local_share: float = 1 / 3) -> None:
+                 startup: int = 10, local_share: float = 1 / 3, opening: bool = True) -> None:
         try:
             direction = Direction(direction)
         except ValueError:
@@ -64,8 +67,8 @@ class OptunaResearcher(Researcher):
         self.seed = seed
         self.knobs_per_proposal = knobs_per_proposal
         self.direction = direction
-        self.startup, self.local_share = startup, local_share
-        self._last_move, self._last_radius = None, 0.0   # of the proposal being written
+        self.startup, self.local_share, self.opening = startup, local_share, opening
+        self._last_move, self._last_radius, self._last_up = None, 0.0, True   # of the proposal being written
         self.declared = dict(knobs or {})
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self.study = optuna.create_study(
@@ -100,6 +103,13 @@ class OptunaResearcher(Researcher):
             trial = self._ask(knobs, config, varied=[], experiment_index=context.experiment_index)
             return self._proposal(context, knobs, incumbent, config, trial, skipped,
                                   hypothesis=text, hypothesis_id=hyp_id)
+        move = self._opening_move(knobs, incumbent) if self.opening else None
+        if move is not None:
+            config = {**incumbent, move.knob.name: move.value}
+            trial = self._ask(knobs, config, varied=[], experiment_index=context.experiment_index)
+            trial.set_user_attr("move", "opening")
+            trial.set_user_attr("step", [move.knob.name, move.up])
+            return self._proposal(context, knobs, incumbent, config, trial, skipped)
         rng = random.Random(f"nightshift-optuna-move:{self.seed}:{context.experiment_index}")
         done = self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
         if len(done) < self.startup or rng.random() < self.local_share:
@@ -184,6 +194,14 @@ class OptunaResearcher(Researcher):
             )
         return knobs
 
+    def _opening_move(self, knobs: list[Knob], incumbent: dict[str, Any]) -> Move | None:
+        """The opening's next move, from its earlier trials: a trial without a verdict is in
+        flight while it runs, and lost (not kept) once it failed or was orphaned by a restart."""
+        steps = [Step(t.user_attrs["step"][0], bool(t.user_attrs["step"][1]),
+                      t.user_attrs.get("verdict") or (None if t.state == TrialState.RUNNING else "lost"))
+                 for t in self.study.get_trials(deepcopy=False) if t.user_attrs.get("move") == "opening"]
+        return next_move(knobs, incumbent, steps)
+
     def _local_config(self, knobs: list[Knob], incumbent: dict[str, Any], base: str,
                       rng: random.Random) -> tuple[dict[str, Any], float, list] | None:
         """The incumbent with one knob moved inside the trust region, the region's radius and
@@ -257,6 +275,7 @@ class OptunaResearcher(Researcher):
         changed = {n: v for n, v in config.items() if not same_value(v, incumbent[n])}
         self._last_move = trial.user_attrs.get("move")
         self._last_radius = trial.user_attrs.get("radius", 0.0)
+        self._last_up = bool((trial.user_attrs.get("step") or [None, True])[-1])
         trial.set_user_attr("config", config)
         trial.set_user_attr("from", incumbent)
         trial.set_user_attr("changed", sorted(changed))
@@ -283,6 +302,11 @@ class OptunaResearcher(Researcher):
     def _evidence_sentence(self, metric: str, changed: dict[str, Any], history: list[TriedConfig],
                            delta: float) -> str:
         names = " and ".join(changed)
+        if self._last_move == "opening":
+            return (f"Learning rate first: {names} {'times' if self._last_up else 'over'} "
+                    f"{FACTOR:g} from the incumbent (a line search: on the same way while it is "
+                    f"kept, the other way after a first loss); the study's model predicts a delta "
+                    f"of {format_sig(delta)} (candidate minus incumbent).")
         if self._last_move == "local":
             return (f"A local move of {names} from the incumbent, inside a trust region of "
                     f"{self._last_radius:.2g} of its range (it widens on keeps, narrows on "

@@ -186,18 +186,41 @@ def test_the_gp_follows_the_measured_landscape_and_scales_its_prior_with_the_mov
     assert knob_distance([lr], {"LR": 1e-4}, {"LR": 1e-1}) == pytest.approx(1.0)
 
 
-def test_a_night_starts_with_local_moves_near_the_incumbent_then_tpe(tmp_path):
-    researcher = OptunaResearcher(tmp_path, seed=5, startup=4)
+def test_a_night_opens_with_the_learning_rate_then_local_moves_then_tpe(tmp_path):
+    researcher = OptunaResearcher(tmp_path, seed=5, startup=6)
     incumbent = knob_values(SOURCE)
     knobs = {k.name: k for k in parse_knobs(SOURCE)}
-    proposals = run(researcher, range(1, 13))
-    assert [p.extra["move"] for p in proposals[:4]] == ["local"] * 4
-    assert "tpe" in [p.extra["move"] for p in proposals[4:]]
-    for p in proposals[:4]:                                           # one knob, one step
+    proposals = run(researcher, range(1, 15))
+    # every proposal is discarded: LR doubled, then halved, and the opening is over
+    assert [p.extra["params"] for p in proposals[:2]] == [{"LR": 6e-3}, {"LR": 1.5e-3}]
+    assert [p.extra["move"] for p in proposals[:6]] == ["opening"] * 2 + ["local"] * 4
+    assert "Learning rate first: LR times 2" in proposals[0].hypothesis
+    assert "tpe" in [p.extra["move"] for p in proposals[6:]]
+    for p in proposals[2:6]:                                          # one knob, one step
         (name,) = p.extra["params"]
         assert knobs[name].contains(p.extra["params"][name])
         if knobs[name].kind in ("float", "log"):
             assert knob_distance([knobs[name]], p.extra["config"], incumbent) <= 0.16
+
+
+def test_the_opening_doubles_while_doubling_is_kept(tmp_path):
+    """A kept doubling becomes the incumbent and is doubled again; the first loss after it
+    ends the line search (no halving back towards where it came from)."""
+    researcher = OptunaResearcher(tmp_path, seed=0)
+    source, tried = SOURCE, []
+    for index, kept in enumerate([True, True, False], start=1):
+        proposal = researcher.propose(context(index, source))
+        tried.append(proposal.extra["params"])
+        verdict = "keep" if kept else "discard"
+        researcher.observe(record(proposal), Outcome(f"e{index}", verdict, -0.1, 0.9))
+        source = proposal.source if kept else source
+    assert tried == [{"LR": 6e-3}, {"LR": 0.012}, {"LR": 0.024}]
+    assert researcher.propose(context(4, source)).extra["move"] == "local"
+
+
+def test_without_the_opening_the_night_starts_with_local_moves(tmp_path):
+    proposals = run(OptunaResearcher(tmp_path, seed=5, opening=False), range(1, 4))
+    assert [p.extra["move"] for p in proposals] == ["local"] * 3
 
 
 def test_direction_mismatch_with_the_stored_study_is_refused(tmp_path):
