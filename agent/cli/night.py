@@ -25,7 +25,9 @@ def run(
                                       "Default: today's date, e.g. nov30."),
     max_experiments: Optional[int] = typer.Option(None, "--max-experiments", "-n", min=1,
                                                   help="Stop after this many experiments in this invocation."),
-    hours: Optional[float] = typer.Option(None, help="Stop after this many hours (no new run starts later)."),
+    hours: Optional[float] = typer.Option(None, min=0, help="Stop after this many hours (no new run starts later)."),
+    minutes: Optional[float] = typer.Option(None, min=0, help="Stop after this many minutes (no new run "
+                                            "starts later; the quick start's bound). Not with --hours."),
     budget: Optional[str] = typer.Option(None, help="Training budget per run, e.g. 60s or 5m "
                                          "(overrides program.md)."),
     compute: Optional[str] = typer.Option(None, help="What a keep may spend against the incumbent's "
@@ -95,6 +97,8 @@ def run(
                           "workers": workers, "overlap": overlap, "cluster": cluster,
                           "cluster_address": cluster_address})
     tag = tag or default_tag()
+    if hours is not None and minutes is not None:
+        raise fail("--hours and --minutes both bound the night: give one of them.")
     if detach:
         detached(prog, tag, as_json)
     elif as_json:
@@ -127,7 +131,7 @@ def run(
                           f"the night, `nightshift serve` shows it again)")
         for text in hypothesis:
             queue_hypothesis(session.loop.ledger, text, origin="cli")
-        reason = session.loop.run(StopRules(max_experiments=max_experiments, hours=hours))
+        reason = session.loop.run(StopRules(max_experiments=max_experiments, hours=hours, minutes=minutes))
         console.print(f"stopped: {escape(reason)}")
         print_status(console, session.results, prog.metric, session.loop.state, prog.direction)
         _write_morning_report(session.results, prog, tag)

@@ -77,3 +77,13 @@ def test_seed_queues_a_hypothesis_the_loop_tests_first(tmp_path):
 def test_run_json_goes_with_detach(tmp_path):
     done = nightshift(_repo(tmp_path), "run", "--tag", "x", "--json", env=cli_env(tmp_path))
     assert done.returncode == 1 and "--json goes with --detach" in done.stderr and done.stdout == ""
+
+
+def test_minutes_bound_a_night_and_go_without_hours(tmp_path):
+    repo = _repo(tmp_path)
+    both = nightshift(repo, "run", "--tag", "x", "--hours", "1", "--minutes", "5", env=cli_env(tmp_path))
+    assert both.returncode == 1 and "--hours and --minutes" in both.stderr
+    assert not (repo / "results" / "x").exists()
+    done = nightshift(repo, "run", "--tag", "y", "--minutes", "0.05", env=cli_env(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert "stopped: reached --minutes 0.05" in done.stdout
