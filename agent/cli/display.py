@@ -2,6 +2,7 @@
 runs (`RichObserver`), and the state of a loop at a glance (`print_status`)."""
 from __future__ import annotations
 
+import os
 import re
 import statistics
 import threading
@@ -295,6 +296,12 @@ def print_status(console: Console, folder: Path, metric: str, state: LoopState |
                       f"{run.role.value} since {run.time}{where}")
     if state.stopped_reason:
         console.print(f"  last stop: {state.stopped_reason}")
+    undecided = [e.id for e in state.experiments.values() if e.verdict is None]
+    loop = live_holder(folder) if undecided else None
+    running = loop is not None and loop.pid != os.getpid()   # not this process, which has stopped
+    if undecided and not running:
+        console.print(f"  not decided when the night stopped: {', '.join(undecided)} "
+                      f"(`nightshift run --tag {state.tag}` goes on with {'them' if len(undecided) > 1 else 'it'})")
     # one sign everywhere a person reads an effect: the improvement, positive = better
     table = Table(show_edge=False, pad_edge=False, caption_justify="left",
                   caption="effect: the improvement over the incumbent (positive = better); compute: "
@@ -307,7 +314,7 @@ def print_status(console: Console, folder: Path, metric: str, state: LoopState |
         effect = decided.effect if decided else None
         p = decided.p_value if decided else None
         held = "" if score is None else ("held" if score.covered else "missed")
-        table.add_row(experiment.id, (experiment.commit or "-")[:8], _verdict_word(experiment),
+        table.add_row(experiment.id, (experiment.commit or "-")[:8], _verdict_word(experiment, running),
                       f"{effect:+.4f}" if effect is not None else "-",
                       _measured_against(decided),
                       f"{p:.3g}" if p is not None else "-",
@@ -317,11 +324,12 @@ def print_status(console: Console, folder: Path, metric: str, state: LoopState |
         console.print(table)
 
 
-def _verdict_word(experiment: Experiment) -> str:
-    """The verdict, and `(compute)` beside a discard that won with more run time than allowed."""
+def _verdict_word(experiment: Experiment, running: bool = True) -> str:
+    """The verdict, and `(compute)` beside a discard that won with more run time than allowed;
+    without one, `running` while a loop holds the tag, else `pending` (a resume decides it)."""
     made = experiment.decision
     refused = made is not None and made.evidence.get("refused") == "compute"
-    return str(experiment.verdict or "running") + (" (compute)" if refused else "")
+    return str(experiment.verdict or ("running" if running else "pending")) + (" (compute)" if refused else "")
 
 
 def _compute_word(experiment: Experiment) -> str:

@@ -49,3 +49,16 @@ def test_a_crashed_run_names_its_log_from_where_the_user_is(tmp_path, monkeypatc
     assert "log: night1/runs/r0007/log.txt" in finished_line(tmp_path / "results" / "night1", Status.CRASH)
     assert "log:" not in finished_line(tmp_path / "results" / "night1", Status.OK)
     assert "log:" not in finished_line(None, Status.CRASH)
+
+
+def test_an_experiment_left_undecided_by_a_stopped_night_is_pending_and_says_how_to_go_on(tmp_path):
+    from agent.cli.display import print_status
+    from tests.interface.night import write_night
+
+    night = write_night(tmp_path)     # e0005's run was in flight when its loop was killed
+    console = Console(record=True, width=300, highlight=False)
+    print_status(console, night.folder, "val_bpb")
+    text = console.export_text()
+    assert "not decided when the night stopped: e0005 (`nightshift run --tag agents` goes on with it)" in text
+    row = next(line for line in text.splitlines() if line.startswith("e0005"))
+    assert "pending" in row and "running" not in row
