@@ -48,17 +48,31 @@ class Ledger:
         # text, int keys strings and back), so the kept fold always equals a fresh one.
         event = parse_event(json.loads(text))
         line = (text + "\n").encode("utf-8")
-        with open(self.path, "ab") as handle:
-            handle.write(line)
-            handle.flush()
-            os.fsync(handle.fileno())
-            end = handle.tell()
+        try:
+            with open(self.path, "ab") as handle:
+                handle.write(line)
+                handle.flush()
+                os.fsync(handle.fileno())
+                end = handle.tell()
+        except BaseException:
+            # A Ctrl-C lands mostly here, in the fsync, with the line already in the file: the
+            # state folds what the file holds before it propagates, so the night's abort
+            # closes a run whose start was written (else a fresh read finds it in flight forever).
+            self._catch_up()
+            raise
         if end - len(line) != self._cursor:
             # Someone else appended since we last looked: their lines come first, as in the file.
             self._apply_range(self._cursor, end - len(line))
         self.state.apply(event)
         self._cursor = end
         return event
+
+    def _catch_up(self) -> None:
+        """`refresh` on the way out of a failed append: never raises over the first error."""
+        try:
+            self.refresh()
+        except (OSError, ValueError):
+            pass
 
     def refresh(self) -> LoopState:
         """Apply what other processes appended since the last read (nothing, usually: one

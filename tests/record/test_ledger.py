@@ -1,5 +1,6 @@
 """The ledger is append-only, survives a crash mid-line, and keeps its fold as it appends."""
 import json
+import os
 
 import pytest
 
@@ -106,6 +107,43 @@ def test_lines_another_process_appended_are_applied_in_file_order(tmp_path):
     other.append(HypothesisQueued(hypothesis_id="h002", text="try BETA2=0.95", origin="seed"))
     assert list(running.refresh().hypotheses) == ["h001", "h002"]
     assert running.state == fold(read_events(tmp_path))
+
+
+def test_a_ctrl_c_in_the_fsync_leaves_the_state_holding_what_the_file_holds(tmp_path, monkeypatch):
+    # Ctrl-C lands mostly in the fsync, after the line was written: the fold must know the run
+    # began, or the night's abort cannot close it and a fresh read finds it in flight forever
+    ledger = Ledger(tmp_path)
+    ledger.append(LoopStarted(tag="t", base_commit="base0000"))
+    real_fsync = os.fsync
+
+    def fsync_then_ctrl_c(fd):
+        real_fsync(fd)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("agent.record.ledger.os.fsync", fsync_then_ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        ledger.append(RunStarted(run_id="r0", commit="base0000", seed=0, role="reference"))
+    monkeypatch.setattr("agent.record.ledger.os.fsync", real_fsync)
+    assert list(ledger.state.in_flight) == ["r0"]
+    ledger.append(RunFinished(run_id="r0", commit="base0000", seed=0, role="reference",
+                              status=Status.INTERRUPTED, reason="the harness stopped"))
+    fresh = fold(read_events(ledger.path))
+    assert not ledger.state.in_flight and not fresh.in_flight
+    assert [r.run_id for r in ledger.state.interrupted] == [r.run_id for r in fresh.interrupted] == ["r0"]
+
+
+def test_a_ctrl_c_before_the_line_was_written_records_nothing(tmp_path, monkeypatch):
+    ledger = Ledger(tmp_path)
+    ledger.append(LoopStarted(tag="t", base_commit="base0000"))
+
+    def ctrl_c(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("agent.record.ledger.open", ctrl_c, raising=False)
+    with pytest.raises(KeyboardInterrupt):
+        ledger.append(RunStarted(run_id="r0", commit="base0000", seed=0, role="reference"))
+    monkeypatch.undo()
+    assert not ledger.state.in_flight and not fold(read_events(ledger.path)).in_flight
 
 
 def test_the_file_is_read_once_however_long_the_night(tmp_path):
