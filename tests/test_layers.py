@@ -14,7 +14,7 @@ RANKS = {
     "cluster": 0.5,
     "agent.record": 1, "agent.target": 1,
     "agent.decide": 2,
-    "agent.researchers": 3, "agent.workspace": 3,
+    "agent.researchers": 3, "agent.workspace": 3, "agent.publish": 3,
     "agent.program": 4,
     "agent.run": 5,
     "agent.preflight": 5.5,

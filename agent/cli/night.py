@@ -121,7 +121,13 @@ def run(
         if page is not None:
             page.stop()
         raise
+    from agent.publish import start_publishing, stop_publishing
+
+    followers = []
     try:
+        followers = start_publishing(prog.hooks, tag, session.results, root=prog.root, metric=prog.metric,
+                                     direction=prog.direction,
+                                     say=lambda line: console.print(f"[yellow]{escape(line)}[/yellow]"))
         CTRL_C.check()   # a Ctrl-C Python dropped while the session was assembled
         for note in session.notes:
             console.print(f"[dim]{note}[/dim]")
@@ -151,6 +157,7 @@ def run(
         session.close()
         if page is not None:
             page.stop()
+        stop_publishing(followers)   # the hooks hear of the night's end after the tag is free
 
 
 def detached(prog, tag: str, as_json: bool) -> None:

@@ -30,6 +30,7 @@ from agent.decide.decision import RuleSettings, SeedPlan
 from agent.decide.early_stop import EarlyStopSettings
 from agent.program import values as v
 from agent.program.frontmatter import ProgramError, compose, decode, line_of, split
+from agent.publish.hooks import Hooks
 from agent.program.values import MAX_SEEDS, Parser, parse_duration, parse_memory  # noqa: F401 (public)
 from agent.record.records import Direction
 from agent.researchers import settings as llm
@@ -107,6 +108,11 @@ class Program:
     limits: ResourceLimits = field(default_factory=ResourceLimits)
     view: ViewSettings = field(default_factory=ViewSettings)
     image: str = "nightshift:latest"
+    # your commands on a keep and at the night's end, the event as JSON on stdin
+    # (agent/publish/hooks.py); `hook_env:` names the variables they may see besides PATH & co
+    on_keep: str | None = None
+    on_stop: str | None = None
+    hook_env: tuple[str, ...] = ()
     claude: llm.ClaudeSettings = field(default_factory=llm.ClaudeSettings)
     openai: llm.OpenAISettings = field(default_factory=llm.OpenAISettings)
     # YAML key -> where its value came from ("program.md:7", "program.md (override budget)"),
@@ -121,7 +127,7 @@ class Program:
         data = dataclasses.asdict(self)
         data.pop("locations")
         data.update(path=str(self.path), root=str(self.root), direction=self.direction.value, protected=list(self.protected),
-                    keep=None if self.keep is None else list(self.keep))
+                    keep=None if self.keep is None else list(self.keep), hook_env=list(self.hook_env))
         return data
 
     def locate(self, key: str) -> str:
@@ -131,6 +137,11 @@ class Program:
             return f"{self.locations[key]}: field {key!r}"
         value = getattr(self, _FIELDS[key][0]) if key in _FIELDS else None
         return f"{self.locations.get('', self.path.name)}: field {key!r} (default {_unparse(key, value)})"
+
+    @property
+    def hooks(self) -> Hooks:
+        """The hook fields together, for the follower that runs them (agent/publish)."""
+        return Hooks(on_keep=self.on_keep, on_stop=self.on_stop, env=self.hook_env)
 
     @property
     def rule_settings(self) -> RuleSettings:
@@ -284,6 +295,9 @@ _FIELDS: dict[str, tuple[str, Parser]] = {
     "limits": ("limits", v.record(ResourceLimits, _RECORDS["limits"])),
     "view": ("view", v.record(ViewSettings, _RECORDS["view"])),
     "image": ("image", v.nonempty),
+    "on_keep": ("on_keep", v.optional(v.nonempty)),
+    "on_stop": ("on_stop", v.optional(v.nonempty)),
+    "hook_env": ("hook_env", v.env_names),
     "workers": ("workers", v.workers),
     "overlap": ("overlap", v.boolean),
     "control": ("control", v.check(v.number, lambda c: 0 <= c <= 0.9, "a share in [0, 0.9], like 0.25")),

@@ -253,6 +253,20 @@ def env_vars(value: Any) -> dict[str, str]:
     return env
 
 
+def env_names(value: Any) -> tuple[str, ...]:
+    """Names of this machine's environment variables a hook is given (`hook_env:`): a hook
+    runs on the host, not in a sandbox, so a webhook's secret may be named here on purpose."""
+    if value is None:
+        return ()
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)):
+        raise Invalid(f"expected a list of variable names like [SLACK_WEBHOOK_URL], got {value!r}")
+    for name in items:
+        if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
+            raise Invalid(f"{name!r} is not an environment variable name (letters, digits, _)")
+    return tuple(dict.fromkeys(items))
+
+
 def knob_spaces(value: Any) -> dict[str, str]:
     if value is None:
         return {}
