@@ -59,6 +59,7 @@ command(show.show)
 command(morning.replay)
 command(morning.ablate)
 command(morning.report)
+command(morning.export)
 command(serve.serve)
 
 

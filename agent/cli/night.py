@@ -81,6 +81,10 @@ def run(
                                    "but loopback needs the token printed at start)."),
     serve_port: int = typer.Option(8765, "--serve-port", min=0, max=65535,
                                    help="The page's port (0: any free port)."),
+    mlflow: Optional[str] = typer.Option(None, "--mlflow", help="Log the night to this MLflow "
+                                         "tracking server as it runs (program.md's tracking.mlflow.uri), "
+                                         "e.g. http://127.0.0.1:5000: a run per experiment, its seed runs "
+                                         "inside; a server that is down never stops the night."),
     program: Path = ProgramOpt,
 ) -> None:
     """Run the research loop (resumes the tag if it exists)."""
@@ -99,6 +103,13 @@ def run(
     tag = tag or default_tag()
     if hours is not None and minutes is not None:
         raise fail("--hours and --minutes both bound the night: give one of them.")
+    if mlflow is not None:
+        prog = with_mlflow(prog, mlflow)
+    from agent.publish import missing_packages
+
+    problem = missing_packages(prog.tracking)
+    if problem:
+        raise fail(problem)
     if detach:
         detached(prog, tag, as_json)
     elif as_json:
@@ -125,8 +136,8 @@ def run(
 
     followers = []
     try:
-        followers = start_publishing(prog.hooks, tag, session.results, root=prog.root, metric=prog.metric,
-                                     direction=prog.direction,
+        followers = start_publishing(prog.hooks, prog.tracking, tag, session.results, root=prog.root,
+                                     metric=prog.metric, direction=prog.direction,
                                      say=lambda line: console.print(f"[yellow]{escape(line)}[/yellow]"))
         CTRL_C.check()   # a Ctrl-C Python dropped while the session was assembled
         for note in session.notes:
@@ -158,6 +169,16 @@ def run(
         if page is not None:
             page.stop()
         stop_publishing(followers)   # the hooks hear of the night's end after the tag is free
+
+
+def with_mlflow(prog, uri: str):
+    """`prog` logging to MLflow at `uri` (--mlflow), its tracking.mlflow.experiment kept."""
+    import dataclasses
+
+    if not uri.strip():
+        raise fail("--mlflow: expected a tracking URI like http://127.0.0.1:5000")
+    mlflow = dataclasses.replace(prog.tracking.mlflow, uri=uri.strip())
+    return dataclasses.replace(prog, tracking=dataclasses.replace(prog.tracking, mlflow=mlflow))
 
 
 def detached(prog, tag: str, as_json: bool) -> None:

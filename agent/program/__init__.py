@@ -31,6 +31,7 @@ from agent.decide.early_stop import EarlyStopSettings
 from agent.program import values as v
 from agent.program.frontmatter import ProgramError, compose, decode, line_of, split
 from agent.publish.hooks import Hooks
+from agent.publish.settings import WANDB_MODES, MlflowSettings, Tracking, WandbSettings
 from agent.program.values import MAX_SEEDS, Parser, parse_duration, parse_memory  # noqa: F401 (public)
 from agent.record.records import Direction
 from agent.researchers import settings as llm
@@ -113,6 +114,8 @@ class Program:
     on_keep: str | None = None
     on_stop: str | None = None
     hook_env: tuple[str, ...] = ()
+    # where the night's numbers go as it runs besides the ledger: MLflow, W&B (agent/publish)
+    tracking: Tracking = field(default_factory=Tracking)
     claude: llm.ClaudeSettings = field(default_factory=llm.ClaudeSettings)
     openai: llm.OpenAISettings = field(default_factory=llm.OpenAISettings)
     # YAML key -> where its value came from ("program.md:7", "program.md (override budget)"),
@@ -251,6 +254,14 @@ _RECORDS: dict[str, dict[str, tuple[str, Parser]]] = {
     "claude": _table(llm.CLAUDE_FIELDS),
     "openai": _table(llm.OPENAI_FIELDS),
 }
+_mlflow = v.record(MlflowSettings, {"uri": ("uri", v.optional(v.nonempty)),
+                                    "experiment": ("experiment", v.nonempty)})
+_RECORDS["tracking"] = {
+    "mlflow": ("mlflow", lambda x: _mlflow({"uri": x} if isinstance(x, str) else x)),   # or the URI alone
+    "wandb": ("wandb", v.record(WandbSettings, {"project": ("project", v.optional(v.name_word)),
+                                                "entity": ("entity", v.optional(v.name_word)),
+                                                "mode": ("mode", v.choice(*WANDB_MODES))})),
+}
 _seed_plan = v.record(SeedPlan, _RECORDS["seeds"], _seed_check)
 _early_stop = v.record(EarlyStopSettings, _RECORDS["early_stop"])
 
@@ -298,6 +309,7 @@ _FIELDS: dict[str, tuple[str, Parser]] = {
     "on_keep": ("on_keep", v.optional(v.nonempty)),
     "on_stop": ("on_stop", v.optional(v.nonempty)),
     "hook_env": ("hook_env", v.env_names),
+    "tracking": ("tracking", v.record(Tracking, _RECORDS["tracking"])),
     "workers": ("workers", v.workers),
     "overlap": ("overlap", v.boolean),
     "control": ("control", v.check(v.number, lambda c: 0 <= c <= 0.9, "a share in [0, 0.9], like 0.25")),

@@ -18,19 +18,28 @@ from pathlib import Path
 from typing import Callable, Protocol
 
 from agent.record.events import Event
-from agent.record.ledger import LEDGER_FILE, complete_events
+from agent.record.ledger import LEDGER_FILE, complete_events, read_events
 from agent.record.state import LoopState
 
 POLL_S = 0.5            # how often the ledger is looked at for new lines
 CURSORS = "published"   # results/<tag>/published/<sink>.json
+RETRY_S = (1, 2, 5, 10, 30)   # waits before trying an event again while its receiver is down
+
+
+class Retry(Exception):
+    """Raised by a sink whose receiver is down (a tracker that does not answer): the same
+    event is tried again later, and nothing after it is delivered before it."""
 
 
 class Sink(Protocol):
     name: str           # names its cursor file and its lines in the console
 
     def deliver(self, event: Event, state: LoopState) -> str | None:
-        """Act on `event` (`state` includes it); a line to say when it failed, else None.
-        Never raises: a sink that is down is said, and the night goes on."""
+        """Act on `event` (`state` includes it); a line to say when it failed for good (the
+        event is passed over), else None. Raises `Retry` when it should be tried again."""
+
+    def finish(self) -> None:
+        """The night's last events were delivered (its report is written by now)."""
 
 
 class Follower:
@@ -43,6 +52,9 @@ class Follower:
         self._offset = self._start_offset()   # bytes of the ledger delivered
         self._said: set[str] = set()          # failures said (each once, not at every event)
         self._stop = threading.Event()
+        self._behind = False                  # an event is waiting for its receiver to answer
+        self._pending: list[Event] = []       # that line's events (folded, not delivered)
+        self._down = False                    # the receiver stopped answering (said once)
         self._thread = threading.Thread(target=self._follow, name=f"publish-{sink.name}", daemon=True)
 
     def start(self) -> "Follower":
@@ -53,9 +65,9 @@ class Follower:
         """Deliver what the ledger holds now (the night's last events), for `wait_s` at most."""
         self._stop.set()
         self._thread.join(wait_s)
-        if self._thread.is_alive():
-            self.say(f"{self.sink.name}: still delivering after {wait_s:.0f} s; the rest goes out "
-                     f"when the night resumes")
+        if self._thread.is_alive() or self._behind:
+            self.say(f"{self.sink.name}: not everything was delivered; the rest goes out when the "
+                     f"night resumes (or with `nightshift export`)")
 
     def _start_offset(self) -> int:
         try:
@@ -70,29 +82,68 @@ class Follower:
     def _follow(self) -> None:
         while True:
             stopping = self._stop.is_set()
-            self._deliver_new()
+            self._behind = not self._deliver_new()
             if stopping:
+                if not self._behind:
+                    self.sink.finish()
                 return
             self._stop.wait(POLL_S)
 
-    def _deliver_new(self) -> None:
+    def _deliver_new(self) -> bool:
+        """Deliver the complete lines appended since; False when a receiver stayed down (the
+        line it refused waits, folded already, for the next call, and nothing after it goes)."""
+        if self._pending:
+            if not all(self._deliver(event) for event in self._pending):
+                return False
+            self._pending = []
+            self._mark()
         try:
             with open(self.ledger, "rb") as handle:
                 handle.seek(self._folded)
                 data = handle.read()
         except FileNotFoundError:
-            return
+            return True
         _, used = complete_events(data)          # a line still being written waits
         for line in data[:used].split(b"\n")[:-1]:
             events, _ = complete_events(line + b"\n")    # none for a corrupt or unknown line
             self._folded += len(line) + 1
             for event in events:
                 self.state.apply(event)
-                if self._folded > self._offset:
-                    self._report(self.sink.deliver(event, self.state))
-            if self._folded > self._offset:
-                self._offset = self._folded
-                self._save()
+            if self._folded <= self._offset:      # delivered before the night was resumed
+                continue
+            if not all(self._deliver(event) for event in events):
+                self._pending = events
+                return False
+            self._mark()
+        return True
+
+    def _mark(self) -> None:
+        """Everything folded so far was delivered: the cursor moves there."""
+        if self._folded > self._offset:
+            self._offset = self._folded
+            self._save()
+
+    def _deliver(self, event: Event) -> bool:
+        """One event to the sink, tried again while its receiver is down and the night goes on.
+        An outage is said once, when it begins, and its end once, when an event gets through."""
+        for wait in (*RETRY_S, None):
+            try:
+                failure = self.sink.deliver(event, self.state)
+            except Retry as down:
+                if not self._down:
+                    self._down = True
+                    self.say(f"{self.sink.name}: {down}; its events wait for it, nothing is lost; "
+                             f"the night goes on")
+                if wait is None or self._stop.is_set():
+                    return False
+                self._stop.wait(wait)
+                continue
+            if self._down:
+                self._down = False
+                self.say(f"{self.sink.name}: answers again; what waited was delivered")
+            self._report(failure)
+            return True
+        return False
 
     def _report(self, failure: str | None) -> None:
         if failure and failure not in self._said:
@@ -105,3 +156,19 @@ class Follower:
         temporary.write_text(json.dumps({"offset": self._offset, "time": time.time()}))
         os.replace(temporary, self.cursor_path)
 
+
+
+def replay(results: Path, sink: Sink, progress: Callable[[int], None] | None = None) -> list[str]:
+    """Every event of a ledger to `sink`, now, on this thread (`nightshift export`): its
+    failures, each once. A sink whose receiver does not answer raises `Retry`. Sinks are
+    idempotent, so a replay after the night (or a second one) adds only what is missing."""
+    state, failures = LoopState(), []
+    for count, event in enumerate(read_events(Path(results) / LEDGER_FILE), start=1):
+        state.apply(event)
+        failure = sink.deliver(event, state)
+        if failure and failure not in failures:
+            failures.append(failure)
+        if progress is not None:
+            progress(count)
+    sink.finish()
+    return failures

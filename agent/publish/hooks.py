@@ -101,6 +101,9 @@ class HookSink:
                             event.reason)
         return None
 
+    def finish(self) -> None:
+        pass
+
     def run(self, which: str, command: str, payload: dict[str, Any], about: str) -> str | None:
         """Run one hook to its end or its timeout; the failure to say, or None."""
         started = time.monotonic()
