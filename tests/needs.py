@@ -119,6 +119,7 @@ NEEDS = {need.kind: need for need in (
     Need("makemore", _modules("tensorboard"), "pip install -e '.[makemore]'"),
     Need("mcp", _modules("mcp"), "pip install -e '.[mcp]'"),
     Need("mlflow", _modules("mlflow"), "pip install -e '.[mlflow]' (the tests start a local server)"),
+    Need("wandb", _modules("wandb"), "pip install -e '.[wandb]' (the tests run it offline)"),
     Need("docs", _modules("mkdocs", "material", "mkdocstrings", "mkdocs_gen_files"),
          "pip install -e '.[docs]'"),
     Need("ray", _modules("ray"), "pip install -e '.[ray]' (a local two-node cluster is then started)"),

@@ -43,6 +43,10 @@ def sinks(hooks: Hooks, tracking: Tracking, tag: str, results: Path, *, root: Pa
         from agent.publish.mlflow_sink import MlflowSink
 
         found.append(MlflowSink(tracking.mlflow, tag, metric, root, results))
+    if tracking.wandb.project:
+        from agent.publish.wandb_sink import WandbSink
+
+        found.append(WandbSink(tracking.wandb, tag, metric, root, results))
     return found
 
 

@@ -1,0 +1,125 @@
+"""A night through W&B's real SDK, offline (WANDB_MODE honoured over program.md's mode), read
+back from the run files the SDK wrote for a later `wandb sync`; the key never leaves the
+harness's environment."""
+import glob
+import json
+import struct
+from pathlib import Path
+
+from tests.loop_helpers import cli_env, events, loop_state, make_repo, nightshift
+from tests.needs import require
+from tests.publish.test_hooks import LR_SCRIPT
+
+pytestmark = require("wandb")
+
+from wandb.proto import wandb_internal_pb2  # noqa: E402
+
+KEY = "0123456789abcdef0123456789abcdef0123beef"      # the shape of a W&B key, fake
+SCRIPT = LR_SCRIPT + '''
+print("the run sees a W&B key:", "WANDB_API_KEY" in os.environ)
+'''
+PROGRAM = '''\
+---
+target: lr.py
+protected: []
+command: python lr.py
+prepare: null
+budget: 2s
+grace: 30s
+seeds: {baseline: 2, screen: 1, max: 4}
+sandbox: local
+researcher: optuna
+metric: val_bpb
+tracking: {wandb: {project: nights, mode: online}}
+---
+Learning rate first.
+'''
+BLOCK = 32768     # the run file is a LevelDB-format log of protobuf records after a 7-byte header
+
+
+def records(path: Path):
+    """The `Record`s of a .wandb run file, in order."""
+    data = path.read_bytes()
+    assert data[:4] == b":W&B"
+    position, pieces = 7, b""
+    while position + 7 <= len(data):
+        left = BLOCK - position % BLOCK
+        if left < 7:
+            position += left
+            continue
+        _, length, kind = struct.unpack("<IHB", data[position:position + 7])
+        if kind == 0 and length == 0:
+            position += left
+            continue
+        body = data[position + 7:position + 7 + length]
+        position += 7 + length
+        if kind in (1, 4):
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(pieces + body if kind == 4 else body)
+            pieces = b""
+            yield record
+        else:
+            pieces = body if kind == 2 else pieces + body
+
+
+def items(updates):
+    return {(i.key or "/".join(i.nested_key)): json.loads(i.value_json) for i in updates}
+
+
+def offline_runs(results: Path):
+    """id -> {name, group, job_type, config, history rows, summary} of every offline run."""
+    runs = {}
+    for path in sorted(glob.glob(str(results / "wandb" / "offline-run-*" / "run-*.wandb"))):
+        run = {"history": [], "summary": {}}
+        for record in records(Path(path)):
+            kind = record.WhichOneof("record_type")
+            if kind == "run":
+                run.update(id=record.run.run_id, name=record.run.display_name, group=record.run.run_group,
+                           job_type=record.run.job_type, config=items(record.run.config.update))
+            elif kind == "history":
+                run["history"].append(items(record.history.item))
+            elif kind == "summary":
+                run["summary"].update(items(record.summary.update))
+        assert run["id"] not in runs, "one run files per run"
+        runs[run["id"]] = run
+    return runs
+
+
+def test_a_night_writes_its_runs_for_wandb_sync_and_no_key_leaves_the_harness(tmp_path):
+    repo = make_repo(tmp_path / "user", {"lr.py": SCRIPT, "program.md": PROGRAM})
+    env = {**cli_env(tmp_path / "data"), "WANDB_MODE": "offline", "WANDB_API_KEY": KEY}
+    done = nightshift(repo, "run", "--tag", "wb", "--max-experiments", "2", env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "wandb:" not in done.stdout + done.stderr                  # the SDK stays out of the console
+    results = repo / "results" / "wb"
+    runs = offline_runs(results)
+    by_type = {}
+    for run in runs.values():
+        assert run["group"] == "wb"
+        by_type.setdefault(run["job_type"], []).append(run)
+    (night,) = by_type["night"]
+    state = loop_state(repo, "wb")
+    assert night["name"] == "wb" and night["config"]["metric"] == "val_bpb"
+    assert [row["experiments_decided"] for row in night["history"]] == [1, 2]
+    assert night["summary"]["incumbent"] == state.incumbent and night["summary"]["keeps"] == len(state.kept())
+    experiments = {run["name"].split()[0]: run for run in by_type["experiment"]}
+    assert set(experiments) == set(state.experiments)
+    for experiment in state.experiments.values():
+        run = experiments[experiment.id]
+        test = experiment.decision.decision
+        assert run["config"]["LR"] == experiment.extra["params"]["LR"]
+        assert run["summary"]["verdict"] == experiment.verdict.value
+        assert run["summary"]["effect"] == test.effect and run["summary"]["seeds"] == len(test.seeds)
+        assert [row["val_bpb"] for row in run["history"]] == [r.metric for r in experiment.runs]
+    finished = [e for e in events(repo, "wb") if e["event"] == "run_finished"]
+    seed_runs = by_type["seed run"]
+    assert len(seed_runs) == len(finished)
+    for run, event in zip(sorted(seed_runs, key=lambda r: r["id"]), sorted(finished, key=lambda e: e["run_id"])):
+        assert run["id"].endswith(event["run_id"]) and run["summary"]["val_bpb"] == event["metric"]
+        assert run["config"]["seed"] == event["seed"] and run["config"]["role"] == event["role"]
+    # the key reached neither a run, nor a file of the night (the ledger, logs, the SDK's own files)
+    logs = [p.read_text() for p in results.glob("runs/*/log.txt")]
+    assert logs and all("the run sees a W&B key: False" in log for log in logs)
+    for path in [*results.rglob("*"), *(tmp_path / "data").rglob("*")]:
+        if path.is_file():
+            assert KEY.encode() not in path.read_bytes(), path
