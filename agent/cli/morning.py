@@ -319,8 +319,14 @@ def export(
     prog = load(program, {})
     tag, folder = _tag_dir(prog, tag)
     settings = prog.tracking.mlflow
-    settings = dataclasses.replace(settings, uri=(mlflow or settings.uri or "").strip() or None,
-                                   experiment=experiment or settings.experiment)
+    if mlflow is not None:
+        from agent.program.values import Invalid, tracking_uri
+
+        try:
+            mlflow = tracking_uri(mlflow)
+        except Invalid as bad:
+            raise fail(f"--mlflow: {bad}") from None
+    settings = dataclasses.replace(settings, uri=mlflow or settings.uri, experiment=experiment or settings.experiment)
     if not settings.uri:
         raise fail("no MLflow server to export to: pass --mlflow http://HOST:5000, or set "
                    "tracking: {mlflow: {uri: ...}} in program.md")

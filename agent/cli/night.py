@@ -175,9 +175,13 @@ def with_mlflow(prog, uri: str):
     """`prog` logging to MLflow at `uri` (--mlflow), its tracking.mlflow.experiment kept."""
     import dataclasses
 
-    if not uri.strip():
-        raise fail("--mlflow: expected a tracking URI like http://127.0.0.1:5000")
-    mlflow = dataclasses.replace(prog.tracking.mlflow, uri=uri.strip())
+    from agent.program.values import Invalid, tracking_uri
+
+    try:
+        uri = tracking_uri(uri)
+    except Invalid as bad:
+        raise fail(f"--mlflow: {bad}") from None
+    mlflow = dataclasses.replace(prog.tracking.mlflow, uri=uri)
     return dataclasses.replace(prog, tracking=dataclasses.replace(prog.tracking, mlflow=mlflow))
 
 

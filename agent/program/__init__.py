@@ -254,7 +254,7 @@ _RECORDS: dict[str, dict[str, tuple[str, Parser]]] = {
     "claude": _table(llm.CLAUDE_FIELDS),
     "openai": _table(llm.OPENAI_FIELDS),
 }
-_mlflow = v.record(MlflowSettings, {"uri": ("uri", v.optional(v.nonempty)),
+_mlflow = v.record(MlflowSettings, {"uri": ("uri", v.optional(v.tracking_uri)),
                                     "experiment": ("experiment", v.nonempty)})
 _RECORDS["tracking"] = {
     "mlflow": ("mlflow", lambda x: _mlflow({"uri": x} if isinstance(x, str) else x)),   # or the URI alone

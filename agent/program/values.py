@@ -267,6 +267,24 @@ def env_names(value: Any) -> tuple[str, ...]:
     return tuple(dict.fromkeys(items))
 
 
+def tracking_uri(value: Any) -> str:
+    """An MLflow tracking URI without credentials in it: the URI is written to the ledger with
+    the rest of the program, and secrets never are."""
+    from urllib.parse import urlsplit
+
+    uri = nonempty(value).strip()
+    try:
+        parts = urlsplit(uri)
+        has_credentials = bool(parts.username or parts.password)
+    except ValueError:
+        raise Invalid(f"expected a tracking URI like http://127.0.0.1:5000, got {uri!r}") from None
+    if has_credentials:
+        raise Invalid("the URI holds credentials, and program.md's values are written to the ledger; "
+                      "give them as MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (or "
+                      "MLFLOW_TRACKING_TOKEN) in the environment instead")
+    return uri
+
+
 def knob_spaces(value: Any) -> dict[str, str]:
     if value is None:
         return {}

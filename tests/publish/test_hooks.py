@@ -183,3 +183,15 @@ def test_program_md_names_a_bad_hook_field_and_its_line(tmp_path):
         parse_program("---\non_keep: ./ping.sh\nhook_env: [slack url]\n---\n", tmp_path / "program.md")
     with pytest.raises(ProgramError, match=r"program.md:2: field 'on_stop'"):
         parse_program("---\non_stop: [notify, me]\n---\n", tmp_path / "program.md")
+
+
+def test_a_tracking_uri_with_credentials_is_refused_before_it_reaches_the_ledger(tmp_path):
+    from agent.program import ProgramError, parse_program
+
+    with pytest.raises(ProgramError, match=r"program.md:2: field 'tracking.mlflow.uri': the URI holds "
+                                           r"credentials.*MLFLOW_TRACKING_USERNAME"):
+        parse_program("---\ntracking: {mlflow: 'http://me:s3cret@mlflow.lab:5000'}\n---\n", tmp_path / "program.md")
+    repo = make_repo(tmp_path / "user", {"lr.py": LR_SCRIPT, "program.md": LR_PROGRAM.format(got=tmp_path)})
+    done = nightshift(repo, "run", "--mlflow", "http://me:s3cret@mlflow.lab:5000", env=cli_env(tmp_path / "data"))
+    assert done.returncode == 1 and "--mlflow: the URI holds credentials" in done.stderr
+    assert not (repo / "results").exists()                                  # refused before anything
