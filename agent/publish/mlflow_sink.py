@@ -48,16 +48,22 @@ class MlflowSink:
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
         os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")   # the console is ours
-        from mlflow.tracking import MlflowClient
-
         self.settings, self.tag, self.metric = settings, tag, _metric_key(metric)
         self.root, self.results = Path(root), Path(results)
-        self.client = MlflowClient(tracking_uri=settings.uri)
+        self._client = None     # made on the follower's thread: importing mlflow takes seconds
         self._experiment: str | None = None
         self._ids: dict[str, str] = {}     # nightshift.key -> MLflow run id
         self._ended: set[str] = set()      # keys of runs found or made ended: left as they are
         self._described: set[str] = set()  # keys of runs whose params and diff are all there
         self.runs_made = 0
+
+    @property
+    def client(self):
+        if self._client is None:
+            from mlflow.tracking import MlflowClient
+
+            self._client = MlflowClient(tracking_uri=self.settings.uri)
+        return self._client
 
     # ---- the follower's protocol -----------------------------------------------------------
 

@@ -42,13 +42,20 @@ class WandbSink:
 
     def __init__(self, settings: WandbSettings, tag: str, metric: str, root: Path, results: Path) -> None:
         os.environ.setdefault("WANDB_SILENT", "true")       # the console is the night's
-        import wandb
-
-        self.wandb, self.settings, self.tag, self.metric = wandb, settings, tag, metric
+        self._wandb = None      # imported on the follower's thread: it takes a second or two
+        self.settings, self.tag, self.metric = settings, tag, metric
         self.results = Path(results)
         self.mode = os.environ.get("WANDB_MODE") or settings.mode
         self._prefix = f"ns-{hashlib.sha1(str(Path(root).resolve()).encode()).hexdigest()[:6]}-{_word(tag)}"
         self._open: dict[str, Any] = {}    # id -> an open wandb Run
+
+    @property
+    def wandb(self) -> Any:
+        if self._wandb is None:
+            import wandb
+
+            self._wandb = wandb
+        return self._wandb
 
     def deliver(self, event: Event, state: LoopState) -> str | None:
         try:
