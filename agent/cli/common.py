@@ -99,6 +99,16 @@ def fail(message: str, code: ExitCode = ExitCode.BAD_INPUT) -> typer.Exit:
     return typer.Exit(code)
 
 
+def mlflow_flag(uri: str) -> str:
+    """--mlflow's URI, checked as program.md's tracking.mlflow.uri is (no credentials in it)."""
+    from agent.program.values import Invalid, tracking_uri
+
+    try:
+        return tracking_uri(uri)
+    except Invalid as bad:
+        raise fail(f"--mlflow: {bad}") from None
+
+
 def load(program_path: Path, overrides: dict[str, Any]) -> Program:
     """program.md with the command line's overrides (None values skipped), or exit 1 naming
     the file, line and field."""

@@ -7,7 +7,7 @@ from typing import Any, Optional
 import typer
 from rich.markup import escape
 
-from agent.cli.common import ProgramOpt, console, err, existing_loop, fail, load, reported
+from agent.cli.common import ProgramOpt, console, err, existing_loop, fail, load, mlflow_flag, reported
 from agent.program import Program
 from agent.record.events import ChangeStatus, ExitCode, ReplayCommit, ReplayRun, ReplaySummary
 
@@ -320,12 +320,7 @@ def export(
     tag, folder = _tag_dir(prog, tag)
     settings = prog.tracking.mlflow
     if mlflow is not None:
-        from agent.program.values import Invalid, tracking_uri
-
-        try:
-            mlflow = tracking_uri(mlflow)
-        except Invalid as bad:
-            raise fail(f"--mlflow: {bad}") from None
+        mlflow = mlflow_flag(mlflow)
     settings = dataclasses.replace(settings, uri=mlflow or settings.uri, experiment=experiment or settings.experiment)
     if not settings.uri:
         raise fail("no MLflow server to export to: pass --mlflow http://HOST:5000, or set "

@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
-from agent.cli.common import (CTRL_C, ProgramOpt, console, err, existing_loop, fail, interruptible,
+from agent.cli.common import (CTRL_C, mlflow_flag, ProgramOpt, console, err, existing_loop, fail, interruptible,
                               load)
 from agent.cli.serve import page_url, start_beside_night
 from agent.preflight.failures import describe_error
@@ -175,13 +175,7 @@ def with_mlflow(prog, uri: str):
     """`prog` logging to MLflow at `uri` (--mlflow), its tracking.mlflow.experiment kept."""
     import dataclasses
 
-    from agent.program.values import Invalid, tracking_uri
-
-    try:
-        uri = tracking_uri(uri)
-    except Invalid as bad:
-        raise fail(f"--mlflow: {bad}") from None
-    mlflow = dataclasses.replace(prog.tracking.mlflow, uri=uri)
+    mlflow = dataclasses.replace(prog.tracking.mlflow, uri=mlflow_flag(uri))
     return dataclasses.replace(prog, tracking=dataclasses.replace(prog.tracking, mlflow=mlflow))
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.publish.follow import Retry
-from agent.publish.settings import MlflowSettings
+from agent.publish.settings import MlflowSettings, night_params
 from agent.record.events import (DecisionMade, Event, ExperimentInvalid, ExperimentProposed, LoopResumed,
                                  LoopStarted, LoopStopped, Role, RunFinished)
 from agent.record.records import ExitCode, Verdict
@@ -34,8 +34,6 @@ from sandbox import Status
 
 TEXT_CHARS = 5000        # a tag's value, cut (MLflow's stores refuse longer ones)
 PARAM_CHARS = 500
-NIGHT_PARAMS = ("target", "command", "metric", "direction", "budget_s", "researcher", "decision",
-                "alpha", "min_effect", "sandbox", "workers", "cluster")
 ENDED = {Status.OK: "FINISHED", Status.INTERRUPTED: "KILLED"}     # anything else: FAILED
 DESCRIBED = "nightshift.described"   # a run's params and artifacts were all logged
 
@@ -92,7 +90,7 @@ class MlflowSink:
         if isinstance(event, LoopStarted):
             night = self._night(state)
             if "night" not in self._described:
-                self._params(night, {k: event.program.get(k) for k in NIGHT_PARAMS if k in event.program})
+                self._params(night, night_params(event.program))
                 self._described_now("night")
             self._baseline(state)
         elif isinstance(event, LoopResumed):

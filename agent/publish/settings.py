@@ -4,6 +4,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 WANDB_MODES = ("online", "offline")
+# the program's settings a tracker shows on the night's run (from loop_started's program)
+NIGHT_PARAMS = ("target", "command", "metric", "direction", "budget_s", "researcher", "decision",
+                "alpha", "min_effect", "sandbox", "workers", "cluster")
+
+
+def night_params(program: dict) -> dict:
+    return {key: program.get(key) for key in NIGHT_PARAMS if key in program}
 
 
 @dataclass(frozen=True)

@@ -27,14 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from agent.publish.follow import Retry
-from agent.publish.settings import WandbSettings
+from agent.publish.settings import WandbSettings, night_params
 from agent.record.events import (DecisionMade, Event, ExperimentInvalid, ExperimentProposed, LoopStarted,
                                  LoopStopped, Role, RunFinished)
 from agent.record.records import ExitCode
 from agent.record.state import LoopState
 
-NIGHT_PARAMS = ("target", "command", "metric", "direction", "budget_s", "researcher", "decision",
-                "alpha", "min_effect", "sandbox", "workers", "cluster")
 
 
 class WandbSink:
@@ -77,7 +75,7 @@ class WandbSink:
     def _deliver(self, event: Event, state: LoopState) -> None:
         if isinstance(event, LoopStarted):
             self._run("night", self.tag, "night",
-                      {k: event.program.get(k) for k in NIGHT_PARAMS if k in event.program})
+                      night_params(event.program))
         elif isinstance(event, ExperimentProposed):
             self._experiment(event.id, state)
         elif isinstance(event, ExperimentInvalid):

@@ -158,6 +158,13 @@ Learning rate first.
 '''
 
 
+def tracked_program(tracking: str) -> str:
+    """LR_SCRIPT's program.md, a 2-s budget, with `tracking:` in place of the hooks."""
+    head, _, rest = LR_PROGRAM.partition("on_keep:")
+    return (head.replace("budget: 1s", "budget: 2s").replace("{{", "{").replace("}}", "}")
+            + f"tracking: {tracking}\n---" + rest.split("---", 1)[1])
+
+
 def test_a_night_pings_its_hook_on_each_keep_and_at_its_end(tmp_path):
     got = tmp_path / "got"
     got.mkdir()

@@ -14,7 +14,7 @@ import pytest
 
 from tests.loop_helpers import cli_env, events, loop_state, make_repo, nightshift
 from tests.needs import require
-from tests.publish.test_hooks import LR_SCRIPT
+from tests.publish.test_hooks import LR_SCRIPT, tracked_program
 
 pytestmark = require("mlflow")
 
@@ -22,22 +22,7 @@ from mlflow.tracking import MlflowClient  # noqa: E402
 
 SLOW_LR_SCRIPT = LR_SCRIPT.replace("import json, math, os, random", "import json, math, os, random, time\n"
                                    "time.sleep(0.4)   # long enough to be killed mid-night")
-PROGRAM = '''\
----
-target: lr.py
-protected: []
-command: python lr.py
-prepare: null
-budget: 2s
-grace: 30s
-seeds: {baseline: 2, screen: 1, max: 4}
-sandbox: local
-researcher: optuna
-metric: val_bpb
-tracking: {mlflow: {uri: URI, experiment: nights}}
----
-Learning rate first.
-'''
+PROGRAM = tracked_program("{mlflow: {uri: URI, experiment: nights}}")
 
 
 class Server:

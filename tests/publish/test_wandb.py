@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tests.loop_helpers import cli_env, events, loop_state, make_repo, nightshift
 from tests.needs import require
-from tests.publish.test_hooks import LR_SCRIPT
+from tests.publish.test_hooks import LR_SCRIPT, tracked_program
 
 pytestmark = require("wandb")
 
@@ -18,22 +18,7 @@ KEY = "0123456789abcdef0123456789abcdef0123beef"      # the shape of a W&B key, 
 SCRIPT = LR_SCRIPT + '''
 print("the run sees a W&B key:", "WANDB_API_KEY" in os.environ)
 '''
-PROGRAM = '''\
----
-target: lr.py
-protected: []
-command: python lr.py
-prepare: null
-budget: 2s
-grace: 30s
-seeds: {baseline: 2, screen: 1, max: 4}
-sandbox: local
-researcher: optuna
-metric: val_bpb
-tracking: {wandb: {project: nights, mode: online}}
----
-Learning rate first.
-'''
+PROGRAM = tracked_program("{wandb: {project: nights, mode: online}}")
 BLOCK = 32768     # the run file is a LevelDB-format log of protobuf records after a 7-byte header
 
 
