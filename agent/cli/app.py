@@ -18,7 +18,7 @@ from typing import Callable
 
 import typer
 
-from agent.cli import agents, check, morning, night, serve, show
+from agent.cli import agents, check, export, morning, night, serve, show
 
 app = typer.Typer(
     help="Nightshift: an autonomous ML research loop you can trust with your GPUs overnight.\n\n"
@@ -59,7 +59,7 @@ command(show.show)
 command(morning.replay)
 command(morning.ablate)
 command(morning.report)
-command(morning.export)
+command(export.export)
 command(serve.serve)
 
 

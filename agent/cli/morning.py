@@ -7,7 +7,7 @@ from typing import Any, Optional
 import typer
 from rich.markup import escape
 
-from agent.cli.common import ProgramOpt, console, err, existing_loop, fail, load, mlflow_flag, reported
+from agent.cli.common import ProgramOpt, console, err, existing_loop, fail, load, reported
 from agent.program import Program
 from agent.record.events import ChangeStatus, ExitCode, ReplayCommit, ReplayRun, ReplaySummary
 
@@ -296,51 +296,3 @@ def report(
 
         if not webbrowser.open(written.html.resolve().as_uri()):
             err.print(f"no browser found; open {written.html} yourself.")
-
-
-def export(
-    tag: Optional[str] = typer.Option(None, help="The night to export (default: today's tag)."),
-    mlflow: Optional[str] = typer.Option(None, "--mlflow", help="The MLflow tracking server, e.g. "
-                                         "http://127.0.0.1:5000 (default: program.md's tracking.mlflow.uri)."),
-    experiment: Optional[str] = typer.Option(None, "--experiment", help="The MLflow experiment (default: "
-                                             "program.md's tracking.mlflow.experiment, nightshift)."),
-    program: Path = ProgramOpt,
-) -> None:
-    """Send a night to MLflow as a live night logs it: a run for the night, one per experiment
-    (its knobs, prediction, decision and diff), each seed run inside with its curve, the report.
-    What is there already is left as it is, so it completes a night whose tracker was down, or
-    logs one that ran without it; running it twice adds nothing."""
-    import dataclasses
-
-    from agent.publish import missing_packages
-    from agent.publish.follow import Retry, replay
-    from agent.publish.settings import Tracking
-
-    prog = load(program, {})
-    tag, folder = _tag_dir(prog, tag)
-    settings = prog.tracking.mlflow
-    if mlflow is not None:
-        mlflow = mlflow_flag(mlflow)
-    settings = dataclasses.replace(settings, uri=mlflow or settings.uri, experiment=experiment or settings.experiment)
-    if not settings.uri:
-        raise fail("no MLflow server to export to: pass --mlflow http://HOST:5000, or set "
-                   "tracking: {mlflow: {uri: ...}} in program.md")
-    problem = missing_packages(Tracking(mlflow=settings))
-    if problem:
-        raise fail(problem)
-    from agent.publish.mlflow_sink import MlflowSink
-    from agent.record.ledger import read_events
-
-    total = sum(1 for _ in read_events(folder))
-    sink = MlflowSink(settings, tag, prog.metric, prog.root, folder)
-    with console.status(f"exporting {tag} to MLflow at {settings.uri}") as shown:
-        try:
-            failures = replay(folder, sink, lambda n: shown.update(f"exporting {tag} to MLflow at "
-                                                                   f"{settings.uri}: event {n} of {total}"))
-        except Retry as down:
-            raise fail(f"{down}; nothing is lost: `nightshift export` again once it answers",
-                       ExitCode.LOOP) from None
-    for failure in failures:
-        err.print(f"[yellow]{escape(failure)}[/yellow]")
-    console.print(f"exported {tag}: {total} events to MLflow at {escape(settings.uri)}, experiment "
-                  f"{escape(settings.experiment)} ({sink.runs_made} runs made, the rest were there)")

@@ -6,7 +6,8 @@ reads what was appended (a byte cursor, complete lines only), folds it into its 
 place is saved after each event in `results/<tag>/published/<sink>.json`, so a night killed
 and resumed goes on from the last event delivered: each event at least once, in order. A
 sink new to a ledger that already has events starts at its end (adding `on_keep:` to a
-night halfway does not replay its old keeps).
+night halfway does not replay its old keeps), except under `nightshift export`, which
+delivers on its own thread what a night's follower did not (`catch_up`).
 """
 from __future__ import annotations
 
@@ -35,26 +36,33 @@ class Sink(Protocol):
     name: str           # names its cursor file and its lines in the console
 
     def deliver(self, event: Event, state: LoopState) -> str | None:
-        """Act on `event` (`state` includes it); a line to say when it failed for good (the
-        event is passed over), else None. Raises `Retry` when it should be tried again."""
+        """Act on `event` (`state` includes it); a line to say when its receiver refused it
+        (the event is passed over), else None. Raises `Retry` when the receiver is down. Any
+        other exception is a fault of this side (a package that failed to import, a bug): the
+        follower stops there and the event waits in the ledger, never passed over."""
 
     def finish(self) -> None:
         """The night's last events were delivered (its report is written by now)."""
 
 
 class Follower:
-    def __init__(self, results: Path, sink: Sink, say: Callable[[str], None]) -> None:
+    def __init__(self, results: Path, sink: Sink, say: Callable[[str], None], *,
+                 new_from_start: bool = False, retry_s: tuple[float, ...] = RETRY_S) -> None:
         self.ledger = Path(results) / LEDGER_FILE
         self.cursor_path = Path(results) / CURSORS / f"{sink.name}.json"
         self.sink, self.say = sink, say
         self.state = LoopState()
+        self.retry_s = retry_s
         self._folded = 0                      # bytes of the ledger folded into `state`
-        self._offset = self._start_offset()   # bytes of the ledger delivered
+        self._offset = self._start_offset(new_from_start)   # bytes of the ledger delivered
+        self.delivered = 0                    # events handed to the sink by this follower
+        self.on_delivered: Callable[[int], None] | None = None    # progress, for `export`
         self._said: set[str] = set()          # failures said (each once, not at every event)
         self._stop = threading.Event()
         self._behind = False                  # an event is waiting for its receiver to answer
         self._pending: list[Event] = []       # that line's events (folded, not delivered)
         self._down = False                    # the receiver stopped answering (said once)
+        self._faulted = False                 # the sink failed on this side: it delivers no more
         self._thread = threading.Thread(target=self._follow, name=f"publish-{sink.name}", daemon=True)
 
     def start(self) -> "Follower":
@@ -69,11 +77,21 @@ class Follower:
             self.say(f"{self.sink.name}: not everything was delivered; the rest goes out when the "
                      f"night resumes (or with `nightshift export`)")
 
-    def _start_offset(self) -> int:
+    def catch_up(self) -> bool:
+        """Deliver what the ledger holds now, on this thread (`nightshift export`); False when
+        the receiver stayed down or the sink faulted (said; the rest waits for another try)."""
+        done = self._deliver_new() and not self._faulted
+        if done:
+            self.sink.finish()
+        return done
+
+    def _start_offset(self, new_from_start: bool) -> int:
         try:
             return int(json.loads(self.cursor_path.read_text())["offset"])
         except (OSError, ValueError, KeyError, TypeError):
             pass
+        if new_from_start:
+            return 0
         try:
             return self.ledger.stat().st_size      # new to this ledger: from here on
         except FileNotFoundError:
@@ -83,6 +101,8 @@ class Follower:
         while True:
             stopping = self._stop.is_set()
             self._behind = not self._deliver_new()
+            if self._faulted:
+                return
             if stopping:
                 if not self._behind:
                     self.sink.finish()
@@ -126,7 +146,7 @@ class Follower:
     def _deliver(self, event: Event) -> bool:
         """One event to the sink, tried again while its receiver is down and the night goes on.
         An outage is said once, when it begins, and its end once, when an event gets through."""
-        for wait in (*RETRY_S, None):
+        for wait in (*self.retry_s, None):
             try:
                 failure = self.sink.deliver(event, self.state)
             except Retry as down:
@@ -138,9 +158,17 @@ class Follower:
                     return False
                 self._stop.wait(wait)
                 continue
+            except Exception as fault:     # this side failed: stop here rather than pass it over
+                self._faulted = True
+                self.say(f"{self.sink.name}: stopped at the ledger's {event.kind} event: "
+                         f"{type(fault).__name__}: {_first_line(fault)}; the night goes on")
+                return False
             if self._down:
                 self._down = False
                 self.say(f"{self.sink.name}: answers again; what waited was delivered")
+            self.delivered += 1
+            if self.on_delivered is not None:
+                self.on_delivered(self.delivered)
             self._report(failure)
             return True
         return False
@@ -156,6 +184,11 @@ class Follower:
         temporary.write_text(json.dumps({"offset": self._offset, "time": time.time()}))
         os.replace(temporary, self.cursor_path)
 
+
+
+def _first_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[0][:200] if lines else "(no message)"
 
 
 def replay(results: Path, sink: Sink, progress: Callable[[int], None] | None = None) -> list[str]:

@@ -72,6 +72,11 @@ class MlflowSink:
             if _unreachable(error):
                 raise Retry(f"the MLflow server at {self.settings.uri} does not answer "
                             f"({_why_down(error)})") from None
+            from mlflow.exceptions import MlflowException
+            from requests import HTTPError      # an artifact upload the server answered with 4xx
+
+            if not isinstance(error, (MlflowException, HTTPError)):
+                raise        # not the server's answer: the follower stops here, the event waits
             return f"MLflow refused {event.kind}: {_short(error)}"
         return None
 

@@ -62,6 +62,8 @@ class WandbSink:
             text = f"{type(error).__name__}: {error}"
             if any(w in text for w in ("Connection", "timed out", "Timeout", "503", "502", "network")):
                 raise Retry(f"W&B does not answer ({str(error).splitlines()[0][:160]})") from None
+            if not isinstance(error, self.wandb.errors.Error):
+                raise        # not W&B's answer: the follower stops here, the event waits
             return f"W&B refused {event.kind}: {str(error).splitlines()[0][:200] if str(error) else type(error).__name__}"
         return None
 

@@ -109,3 +109,76 @@ def test_a_night_writes_its_runs_for_wandb_sync_and_no_key_leaves_the_harness(tm
         if path.is_file():
             assert KEY.encode() not in path.read_bytes(), path
 
+
+
+def run_summaries(results: Path) -> dict:
+    """id -> its summary, merged over every file written for it: each invocation writes files
+    for the ids it touched, and `wandb sync` uploads them together."""
+    summaries = {}
+    for path in sorted(glob.glob(str(results / "wandb" / "offline-run-*" / "run-*.wandb"))):
+        run_id, summary = None, {}
+        for record in records(Path(path)):
+            kind = record.WhichOneof("record_type")
+            if kind == "run":
+                run_id = record.run.run_id
+            elif kind == "summary":
+                summary.update(items(record.summary.update))
+        if run_id is not None:      # a file a kill cut before its run record: nothing in it
+            summaries.setdefault(run_id, {}).update(summary)
+    return summaries
+
+
+def assert_every_run_is_there(repo, tag):
+    summaries, state = run_summaries(repo / "results" / tag), loop_state(repo, tag)
+    for event in (e for e in events(repo, tag) if e["event"] == "run_finished"):
+        (found,) = [s for run_id, s in summaries.items() if run_id.endswith(event["run_id"])]
+        assert found.get("val_bpb") == event["metric"] and found.get("status") == event["status"]
+    for experiment in state.experiments.values():
+        (found,) = [s for run_id, s in summaries.items() if run_id.endswith(f"experiment-{experiment.id}")]
+        assert found["verdict"] == experiment.verdict.value
+    (night,) = [s for run_id, s in summaries.items() if run_id.endswith("-night")]
+    assert night["experiments"] == len(state.experiments) and night["incumbent"] == state.incumbent
+
+
+def test_a_night_killed_and_resumed_leaves_every_run_in_the_files(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    repo = make_repo(tmp_path / "user", {"lr.py": SCRIPT.replace("import json, math, os, random",
+                                                                 "import json, math, os, random, time\ntime.sleep(0.4)"),
+                                         "program.md": PROGRAM})
+    env = {**cli_env(tmp_path / "data"), "WANDB_MODE": "offline"}
+    proc = subprocess.Popen([sys.executable, "-m", "agent.cli", "run", "--tag", "wb", "--max-experiments", "3"],
+                            cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    cursor = repo / "results" / "wb" / "published" / "wandb.json"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:            # the first decision was delivered: kill -9 then
+        if cursor.exists() and '"decision"' in (repo / "results" / "wb" / "ledger.jsonl").read_text():
+            break
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=60)
+    again = nightshift(repo, "run", "--tag", "wb", "--max-experiments", "2", env=env)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "wandb:" not in again.stdout, again.stdout       # nothing refused, nothing stopped
+    assert_every_run_is_there(repo, "wb")
+
+
+def test_export_sends_a_night_that_ran_without_wandb_and_a_second_export_adds_nothing(tmp_path):
+    repo = make_repo(tmp_path / "user", {"lr.py": SCRIPT, "program.md": tracked_program("{}")})
+    env = {**cli_env(tmp_path / "data"), "WANDB_MODE": "offline"}
+    done = nightshift(repo, "run", "--tag", "plain", "--max-experiments", "2", env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not (repo / "results" / "plain" / "wandb").exists()
+    nothing = nightshift(repo, "export", "--tag", "plain", env=env)
+    assert nothing.returncode == 1 and "--wandb PROJECT" in nothing.stderr
+    exported = nightshift(repo, "export", "--tag", "plain", "--wandb", "nights", env=env)
+    assert exported.returncode == 0, exported.stdout + exported.stderr
+    total = len(events(repo, "plain"))
+    assert f"exported plain: {total} events to W&B project nights" in " ".join(exported.stdout.split())
+    assert_every_run_is_there(repo, "plain")
+    twice = nightshift(repo, "export", "--tag", "plain", "--wandb", "nights", env=env)
+    assert twice.returncode == 0 and "exported plain: 0 events" in twice.stdout, twice.stdout + twice.stderr
