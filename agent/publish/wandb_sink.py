@@ -46,6 +46,7 @@ class WandbSink:
         self.mode = os.environ.get("WANDB_MODE") or settings.mode
         self._prefix = f"ns-{hashlib.sha1(str(Path(root).resolve()).encode()).hexdigest()[:6]}-{_word(tag)}"
         self._open: dict[str, Any] = {}    # id -> an open wandb Run
+        self._unreachable: str | None = None   # why a run could not be opened (W&B did not answer)
 
     @property
     def wandb(self) -> Any:
@@ -56,15 +57,25 @@ class WandbSink:
         return self._wandb
 
     def deliver(self, event: Event, state: LoopState) -> str | None:
+        if self._unreachable:
+            raise Retry(self._unreachable)
         try:
             self._deliver(event, state)
-        except Exception as error:   # the SDK's errors have no common base
-            text = f"{type(error).__name__}: {error}"
-            if any(w in text for w in ("Connection", "timed out", "Timeout", "503", "502", "network")):
-                raise Retry(f"W&B does not answer ({str(error).splitlines()[0][:160]})") from None
-            if not isinstance(error, self.wandb.errors.Error):
-                raise        # not W&B's answer: the follower stops here, the event waits
-            return f"W&B refused {event.kind}: {str(error).splitlines()[0][:200] if str(error) else type(error).__name__}"
+        except Retry:
+            raise
+        except Exception as error:
+            # Allowed answers only: W&B could not be reached (wait, try again), or W&B refused
+            # this event (pass it over). Anything else, a key W&B rejects included, is a fault
+            # the user must fix: the follower stops here and the event waits in the ledger.
+            errors = self._wandb.errors if self._wandb is not None else None
+            if errors is None or isinstance(error, errors.AuthenticationError):
+                raise
+            first = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
+            if isinstance(error, errors.CommError):
+                raise Retry(f"W&B does not answer ({first})") from None
+            if isinstance(error, errors.Error):
+                return f"W&B refused {event.kind}: {first}"
+            raise
         return None
 
     def finish(self) -> None:
@@ -163,9 +174,19 @@ class WandbSink:
         settings = self.wandb.Settings(console="off", silent=True, x_disable_stats=True, x_disable_meta=True,
                                        disable_git=True, save_code=False, x_save_requirements=False)
         self.results.mkdir(parents=True, exist_ok=True)
-        run = self.wandb.init(project=self.settings.project, entity=self.settings.entity, mode=self.mode,
-                              id=run_id, name=name, group=self.tag, job_type=job_type, config=config,
-                              dir=str(self.results), resume="allow", reinit="create_new", settings=settings)
+        try:
+            run = self.wandb.init(project=self.settings.project, entity=self.settings.entity, mode=self.mode,
+                                  id=run_id, name=name, group=self.tag, job_type=job_type, config=config,
+                                  dir=str(self.results), resume="allow", reinit="create_new", settings=settings)
+        except self.wandb.errors.AuthenticationError:
+            raise
+        except self.wandb.errors.CommError as error:
+            # The SDK keeps the id of an init that timed out as "in use" for the rest of the
+            # process, so no later attempt here can open it: the rest waits in the ledger.
+            first = str(error).strip().splitlines()[0][:160]
+            self._unreachable = (f"W&B does not answer ({first}); its SDK cannot try again in this "
+                                 f"process: the events wait for the tag's next run or `nightshift export`")
+            raise Retry(self._unreachable) from None
         self._open[run_id] = run
         return run
 

@@ -182,3 +182,23 @@ def test_export_sends_a_night_that_ran_without_wandb_and_a_second_export_adds_no
     assert_every_run_is_there(repo, "plain")
     twice = nightshift(repo, "export", "--tag", "plain", "--wandb", "nights", env=env)
     assert twice.returncode == 0 and "exported plain: 0 events" in twice.stdout, twice.stdout + twice.stderr
+
+
+def test_a_wandb_that_does_not_answer_never_stops_the_night_and_export_sends_it_later(tmp_path):
+    import socket
+
+    with socket.socket() as probe:          # a port nothing listens on: W&B's server is down
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    repo = make_repo(tmp_path / "user", {"lr.py": SCRIPT, "program.md": PROGRAM})     # mode: online
+    env = {**cli_env(tmp_path / "data"), "WANDB_BASE_URL": f"http://127.0.0.1:{port}", "WANDB_API_KEY": KEY,
+           "WANDB_INIT_TIMEOUT": "3"}
+    done = nightshift(repo, "run", "--tag", "down", "--max-experiments", "2", env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = " ".join(done.stdout.split())
+    assert out.count("W&B does not answer") == 1, out         # said once, not at every event
+    assert "not everything was delivered" in out and loop_state(repo, "down").experiments
+    # once W&B answers (here: offline files), export sends the night from where delivery stopped
+    exported = nightshift(repo, "export", "--tag", "down", env={**env, "WANDB_MODE": "offline"})
+    assert exported.returncode == 0, exported.stdout + exported.stderr
+    assert_every_run_is_there(repo, "down")
