@@ -172,6 +172,7 @@ def _one_run(state: LoopState, direction: Direction) -> dict[str, Any]:
     return {"tested": len(decided), "rows": [
         {"id": o.experiment, "description": o.description, "verdict": o.verdict.value,
          "single_run_keeps": o.single_run_keeps, "first_run": o.first_run, "against": o.against,
+         "seeds_otherwise": o.seeds_otherwise, "seeds_paired": o.seeds_paired,
          "why": o.why} for o in other_verdicts(decided, direction)]}
 
 

@@ -6,8 +6,9 @@ prepared again), one after another, and reads each night back from its ledger:
 
 - the whole command's wall time, and when the first keep was decided;
 - the keeps (kept changes, with their measured effect);
-- the experiments the single-run rule would have kept and Nightshift did not (the console's
-  "one run would have decided ... otherwise" lines, agent/review/single_run.py).
+- the experiments the single-run rule would have kept and Nightshift did not, on some of their
+  seeds (the console's "one run would have decided ... otherwise" lines,
+  agent/review/single_run.py), with on how many.
 
 A run *shows the product* when it has a keep and such an experiment, within `--limit`
 minutes (issue 41: 8 minutes, in 5 of 6 fresh runs on each of two machine speeds).
@@ -107,7 +108,8 @@ def read_night(clone: Path, rc: int, started: float, wall: float) -> FirstComman
     if kept and kept[0].decision is not None and kept[0].decision.time:
         first_keep = datetime.fromisoformat(kept[0].decision.time).timestamp() - started
     keeps = tuple(f"{e.description} ({e.decision.decision.effect:+.3f})" for e in kept)
-    others = tuple(o.description for o in other_verdicts(experiments, direction) if o.single_run_keeps)
+    others = tuple(o.description + (f" (on {o.seeds_otherwise} of {o.seeds_paired} seeds)" if o.seeds_paired else "")
+                   for o in other_verdicts(experiments, direction) if o.single_run_keeps)
     return FirstCommand(rc, wall, first_keep, keeps, others, len(experiments))
 
 
@@ -118,7 +120,7 @@ def main() -> None:
     parser.add_argument("--budget-scale", type=float, default=1.0,
                         help="simulate a machine this many times as fast by scaling --budget (default 1)")
     parser.add_argument("--limit", type=float, default=8.0, help="minutes the command may take (default 8)")
-    parser.add_argument("--logs", type=Path, default=None, help="keep each run's console output here")
+    parser.add_argument("--logs", type=Path, default=None, help="keep each run's console output and ledger here")
     args = parser.parse_args()
     arguments = scaled(readme_command(PROJECT / "README.md"), args.budget_scale)
     print(f"nightshift {shlex.join(arguments)}  (budget x{args.budget_scale:g}), {args.runs} fresh clones "
@@ -132,6 +134,8 @@ def main() -> None:
         log.parent.mkdir(parents=True, exist_ok=True)
         try:
             result = run_once(arguments, workdir, log)
+            for ledger in (workdir / "clone").glob("results/*/ledger.jsonl") if args.logs else ():
+                shutil.copy(ledger, log.with_suffix(".ledger.jsonl"))     # to read the night again
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
         results.append(result)

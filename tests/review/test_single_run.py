@@ -1,7 +1,8 @@
 """Where one run would have decided otherwise (agent/review/single_run.py), on a ledger written
-by the real record writer and read back by `nightshift status`'s printer: a null whose first
-run beat the incumbent (the single-run rule keeps it), a win whose first run lost (it drops
-it), and the experiments both rules agree on or that had no test, left out."""
+by the real record writer and read back by `nightshift status`'s printer: a null that beat the
+incumbent on one of its seeds (the single-run rule keeps it there), a win whose first run lost
+to the incumbent's mean (it drops it), and the experiments both rules agree on on every seed
+or that had no test, left out."""
 from io import StringIO
 
 from rich.console import Console
@@ -49,12 +50,16 @@ def test_the_experiments_one_run_would_have_decided_otherwise_and_why(tmp_path):
         ("e0001", True, Verdict.DISCARD), ("e0002", False, Verdict.KEEP)]
     null, win = others
     assert null.first_run == 2.03 - 2.00 and null.against == "the incumbent on seed 1000"
+    assert (null.seeds_otherwise, null.seeds_paired) == (1, 3)      # kept on 1 of its 3 seeds
     assert win.first_run == (2.05 + 2.03) / 2 - 2.06 and win.against == "the mean of 2 incumbent runs"
     assert "single-run rule keeps it; Nightshift: discard (futility: p=0.71" in null.line()
     assert "single-run rule drops it; Nightshift: keep (p=0.003" in win.line()
-    # the other direction turns every comparison over
-    flipped = other_verdicts(state.experiments.values(), Direction.MAXIMIZE)
-    assert {o.experiment for o in flipped} == {"e0003", "e0004"}
+    # the other direction turns every comparison over: the null now wins on 2 of its 3 seeds
+    flipped = {o.experiment: o for o in other_verdicts(state.experiments.values(), Direction.MAXIMIZE)}
+    assert set(flipped) == {"e0001", "e0003", "e0004"}
+    assert (flipped["e0001"].seeds_otherwise, flipped["e0001"].against) == (2, "the incumbent on seed 1001")
+    assert (flipped["e0004"].seeds_otherwise, flipped["e0004"].seeds_paired) == (2, 2)
+    assert "one run loses to the incumbent's on 2 of its 2 seeds" in flipped["e0004"].line()
 
 
 def test_status_says_it_in_a_head_line_and_a_line_an_experiment(tmp_path):
@@ -63,7 +68,8 @@ def test_status_says_it_in_a_head_line_and_a_line_an_experiment(tmp_path):
     print_status(Console(file=out, width=400), tmp_path, "val_bpb")
     text = out.getvalue()
     assert "one run would have decided 2 of 4 tested experiments otherwise" in text
-    assert "e0001 GRAD_CLIP 1.0 -> 2.0: one run +0.03 against the incumbent on seed 1000" in text
+    assert ("e0001 GRAD_CLIP 1.0 -> 2.0: one run beats the incumbent's on 1 of its 3 seeds (+0.03 against "
+            "the incumbent on seed 1000)") in text
     assert "e0002 LR 3e-3 -> 6e-3: one run -0.02 against the mean of 2 incumbent runs" in text
     head = text.index("one run would have decided")
     after = text[head:].splitlines()[1:4]
@@ -94,6 +100,9 @@ def test_the_report_says_it_beside_the_single_run_rules_cost(tmp_path):
     assert [(r["id"], r["single_run_keeps"]) for r in context["one_run"]["rows"]] == [
         ("e0001", True), ("e0002", False)]
     page = write_report(tmp_path).html.read_text()
-    assert "Where one run would have decided otherwise: <b>2</b> of 4 tested experiments" in page
-    assert ("<b>e0001</b> GRAD_CLIP 1.0 -&gt; 2.0: one run +0.03 against the incumbent on seed 1000, "
-            "the single-run rule keeps it; Nightshift: discard (futility: p=0.71 &gt;= 0.16 at look 3)") in page
+    assert "Where one run would have decided otherwise, on some of their seeds: <b>2</b> of 4 tested" in page
+    assert ("<b>e0001</b> GRAD_CLIP 1.0 -&gt; 2.0: one run beats the incumbent's on 1 of its 3 seeds (+0.03 "
+            "against the incumbent on seed 1000), the single-run rule keeps it; Nightshift: discard "
+            "(futility: p=0.71 &gt;= 0.16 at look 3)") in page
+    assert ("<b>e0002</b> LR 3e-3 -&gt; 6e-3: one run -0.02 against the mean of 2 incumbent runs, the "
+            "single-run rule drops it") in page
