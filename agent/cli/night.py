@@ -7,8 +7,8 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
-from agent.cli.common import (CTRL_C, mlflow_flag, ProgramOpt, console, err, existing_loop, fail, interruptible,
-                              load)
+from agent.cli.common import (CTRL_C, ProgramOpt, console, err, existing_loop, fail, interruptible, load,
+                              mlflow_flag)
 from agent.cli.serve import page_url, start_beside_night
 from agent.preflight.failures import describe_error
 from agent.record.events import ExitCode, HypothesisQueued, Role

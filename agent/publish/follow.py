@@ -80,7 +80,7 @@ class Follower:
     def catch_up(self) -> bool:
         """Deliver what the ledger holds now, on this thread (`nightshift export`); False when
         the receiver stayed down or the sink faulted (said; the rest waits for another try)."""
-        done = self._deliver_new() and not self._faulted
+        done = self._deliver_new()      # False too when the sink faulted
         if done:
             self.sink.finish()
         return done
@@ -161,7 +161,7 @@ class Follower:
             except Exception as fault:     # this side failed: stop here rather than pass it over
                 self._faulted = True
                 self.say(f"{self.sink.name}: stopped at the ledger's {event.kind} event: "
-                         f"{type(fault).__name__}: {_first_line(fault)}; the night goes on")
+                         f"{type(fault).__name__}: {first_line(fault)}; the night goes on")
                 return False
             if self._down:
                 self._down = False
@@ -186,9 +186,10 @@ class Follower:
 
 
 
-def _first_line(error: BaseException) -> str:
+def first_line(error: BaseException, chars: int = 200) -> str:
+    """An error in one line for the console: its message's first line, else its type's name."""
     lines = str(error).strip().splitlines()
-    return lines[0][:200] if lines else "(no message)"
+    return lines[0][:chars] if lines else type(error).__name__
 
 
 def replay(results: Path, sink: Sink, progress: Callable[[int], None] | None = None) -> list[str]:

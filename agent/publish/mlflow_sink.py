@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agent.publish.follow import Retry
+from agent.publish.follow import Retry, first_line
 from agent.publish.settings import MlflowSettings, night_params
 from agent.record.events import (DecisionMade, Event, ExperimentInvalid, ExperimentProposed, LoopResumed,
                                  LoopStarted, LoopStopped, Role, RunFinished)
@@ -77,7 +77,7 @@ class MlflowSink:
 
             if not isinstance(error, (MlflowException, HTTPError)):
                 raise        # not the server's answer: the follower stops here, the event waits
-            return f"MLflow refused {event.kind}: {_short(error)}"
+            return f"MLflow refused {event.kind}: {first_line(error)}"
         return None
 
     def finish(self) -> None:
@@ -301,12 +301,7 @@ def _why_down(error: BaseException) -> str:
                          ("Name or service not known", "unknown host"), ("RemoteDisconnected", "it hung up")):
         if phrase in text:
             return said
-    return _short(error)
-
-
-def _short(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
-    return (text[0] if text else type(error).__name__)[:200]
+    return first_line(error)
 
 
 def _metric_key(name: str) -> str:

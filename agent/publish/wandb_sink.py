@@ -26,13 +26,12 @@ import re
 from pathlib import Path
 from typing import Any
 
-from agent.publish.follow import Retry
+from agent.publish.follow import Retry, first_line
 from agent.publish.settings import WandbSettings, night_params
 from agent.record.events import (DecisionMade, Event, ExperimentInvalid, ExperimentProposed, LoopStarted,
                                  LoopStopped, Role, RunFinished)
 from agent.record.records import ExitCode
 from agent.record.state import LoopState
-
 
 
 class WandbSink:
@@ -70,11 +69,10 @@ class WandbSink:
             errors = self._wandb.errors if self._wandb is not None else None
             if errors is None or isinstance(error, errors.AuthenticationError):
                 raise
-            first = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
             if isinstance(error, errors.CommError):
-                raise Retry(f"W&B does not answer ({first})") from None
+                raise Retry(f"W&B does not answer ({first_line(error, 160)})") from None
             if isinstance(error, errors.Error):
-                return f"W&B refused {event.kind}: {first}"
+                return f"W&B refused {event.kind}: {first_line(error)}"
             raise
         return None
 
@@ -183,9 +181,9 @@ class WandbSink:
         except self.wandb.errors.CommError as error:
             # The SDK keeps the id of an init that timed out as "in use" for the rest of the
             # process, so no later attempt here can open it: the rest waits in the ledger.
-            first = str(error).strip().splitlines()[0][:160]
-            self._unreachable = (f"W&B does not answer ({first}); its SDK cannot try again in this "
-                                 f"process: the events wait for the tag's next run or `nightshift export`")
+            self._unreachable = (f"W&B does not answer ({first_line(error, 160)}); its SDK cannot try "
+                                 f"again in this process: the events wait for the tag's next run or "
+                                 f"`nightshift export`")
             raise Retry(self._unreachable) from None
         self._open[run_id] = run
         return run
