@@ -49,11 +49,7 @@ class Ledger:
         event = parse_event(json.loads(text))
         line = (text + "\n").encode("utf-8")
         try:
-            with open(self.path, "ab") as handle:
-                handle.write(line)
-                handle.flush()
-                os.fsync(handle.fileno())
-                end = handle.tell()
+            end = self._write_line(line)
         except BaseException:
             # A Ctrl-C lands mostly here, in the fsync, with the line already in the file: the
             # state folds what the file holds before it propagates, so the night's abort
@@ -66,6 +62,26 @@ class Ledger:
         self.state.apply(event)
         self._cursor = end
         return event
+
+    def _write_line(self, line: bytes) -> int:
+        """Append `line` and fsync; returns where the file ends. Unbuffered, so a write the
+        disk had no room for leaves nothing behind to be flushed later at the end of someone
+        else's line; what part of it did reach the file is cut off at once (a full disk is
+        not a crash: the file keeps holding whole lines, for readers and for the resume)."""
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            written = 0
+            try:
+                while written < len(line):
+                    written += os.write(fd, line[written:])
+            except OSError:
+                if written:
+                    self._drop_truncated_tail()
+                raise
+            os.fsync(fd)
+            return os.lseek(fd, 0, os.SEEK_CUR)
+        finally:
+            os.close(fd)
 
     def _catch_up(self) -> None:
         """`refresh` on the way out of a failed append: never raises over the first error."""

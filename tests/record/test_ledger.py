@@ -139,11 +139,38 @@ def test_a_ctrl_c_before_the_line_was_written_records_nothing(tmp_path, monkeypa
     def ctrl_c(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("agent.record.ledger.open", ctrl_c, raising=False)
+    monkeypatch.setattr("agent.record.ledger.os.open", ctrl_c)
     with pytest.raises(KeyboardInterrupt):
         ledger.append(RunStarted(run_id="r0", commit="base0000", seed=0, role="reference"))
     monkeypatch.undo()
     assert not ledger.state.in_flight and not fold(read_events(ledger.path)).in_flight
+
+
+def test_a_disk_that_fills_mid_line_leaves_only_whole_lines(tmp_path, monkeypatch):
+    # A full disk takes part of a line, then refuses the rest (what CI's small tmpfs did): the
+    # part is cut off at once, so the file a reader or the resume sees holds whole lines only,
+    # and the next append, with room again, starts on a line of its own
+    ledger = Ledger(tmp_path)
+    ledger.append(LoopStarted(tag="t", base_commit="base0000"))
+    whole = ledger.path.read_bytes()
+    real_write = os.write
+    calls = []
+
+    def half_then_full(fd, data):
+        calls.append(len(data))
+        if len(calls) == 1:
+            return real_write(fd, data[:len(data) // 2])
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("agent.record.ledger.os.write", half_then_full)
+    with pytest.raises(OSError, match="No space left"):
+        ledger.append(RunStarted(run_id="r0", commit="base0000", seed=0, role="reference"))
+    monkeypatch.undo()
+    assert len(calls) == 2 and ledger.path.read_bytes() == whole
+    assert not ledger.state.in_flight
+    ledger.append(RunStarted(run_id="r1", commit="base0000", seed=0, role="reference"))
+    assert all(line.endswith(b"\n") for line in ledger.path.read_bytes().splitlines(keepends=True))
+    assert list(ledger.state.in_flight) == ["r1"] and ledger.state == fold(read_events(ledger.path))
 
 
 def test_the_file_is_read_once_however_long_the_night(tmp_path):
