@@ -76,7 +76,10 @@ class Ledger:
                     written += os.write(fd, line[written:])
             except OSError:
                 if written:
-                    self._drop_truncated_tail()
+                    try:
+                        self._drop_truncated_tail()
+                    except OSError:
+                        pass   # the disk's error is the one to say; the next open cuts the tail
                 raise
             os.fsync(fd)
             return os.lseek(fd, 0, os.SEEK_CUR)

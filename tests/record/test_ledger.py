@@ -83,7 +83,7 @@ def test_interrupted_runs_are_not_evidence_and_in_flight_is_shown(tmp_path):
                               experiment="e0001", status=Status.INTERRUPTED))
     state = ledger.state
     assert state.in_flight == {} and [r.run_id for r in state.interrupted] == ["c1"]
-    assert 1 not in state.ok_values("cand0001")
+    assert state.ok_values("cand0001") == {0: 2.00}     # the interrupted seed 1 is not evidence
 
 
 def test_a_nan_metric_is_recorded_as_text_and_the_line_stays_json(tmp_path):
